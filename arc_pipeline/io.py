@@ -1,0 +1,78 @@
+"""Parquet reading and writing: schema-checked, atomic (no half-written outputs)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+log = logging.getLogger(__name__)
+
+
+class InputFileError(RuntimeError):
+    """An input file is missing or malformed; the message names the file."""
+
+
+def _to_arrow(data: Any, schema: pa.Schema) -> pa.Table:
+    if isinstance(data, pa.Table):
+        table = data
+    elif isinstance(data, pl.DataFrame):
+        table = data.to_arrow()
+    elif isinstance(data, list):
+        table = pa.Table.from_pylist(data, schema=schema)
+    else:
+        raise TypeError(f"cannot write {type(data).__name__} as parquet")
+    try:
+        return table.select(schema.names).cast(schema)
+    except (KeyError, pa.ArrowInvalid, pa.ArrowTypeError) as error:
+        raise ValueError(f"table does not match its schema: {error}") from None
+
+
+def write_table(data: Any, path: str | os.PathLike, schema: pa.Schema) -> Path:
+    """Validate ``data`` (rows, polars or arrow) against ``schema`` and write it atomically."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    table = _to_arrow(data, schema)
+    for field in schema:
+        if not field.nullable and table.column(field.name).null_count:
+            raise ValueError(f"column {field.name!r} must not contain nulls (writing {path})")
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        pq.write_table(table, tmp_name, compression="zstd")
+        os.replace(tmp_name, path)
+    except BaseException:
+        Path(tmp_name).unlink(missing_ok=True)
+        raise
+    log.info("wrote %s (%d rows)", path, table.num_rows)
+    return path
+
+
+def read_table(path: str | os.PathLike, schema: pa.Schema | None = None) -> pa.Table:
+    """Read a parquet file; with ``schema``, check the columns are there (naming the file if not)."""
+    path = Path(path)
+    if not path.exists():
+        raise InputFileError(f"{path}: file not found")
+    try:
+        table = pq.read_table(path)
+    except (pa.ArrowInvalid, OSError) as error:
+        raise InputFileError(f"{path}: not a readable parquet file ({error})") from None
+    if schema is not None:
+        missing = [name for name in schema.names if name not in table.column_names]
+        if missing:
+            raise InputFileError(f"{path}: missing columns {missing}")
+        try:
+            table = table.select(schema.names).cast(schema)
+        except (pa.ArrowInvalid, pa.ArrowTypeError) as error:
+            raise InputFileError(f"{path}: columns do not match the expected schema ({error})") from None
+    return table
+
+
+def read_frame(path: str | os.PathLike, schema: pa.Schema | None = None) -> pl.DataFrame:
+    return pl.from_arrow(read_table(path, schema))

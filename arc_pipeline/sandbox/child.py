@@ -1,0 +1,126 @@
+"""What runs in the process forked for one program: confine it, run the program, write one record.
+
+Everything here happens after fork, so the program's changes to modules, builtins or numpy die with
+this process; the worker it was forked from never runs program code.
+"""
+
+from __future__ import annotations
+
+import builtins
+import os
+import random
+import sys
+import types
+from typing import NoReturn
+
+import numpy as np
+
+from arc_pipeline.domain.grids import GridError, as_grid
+from arc_pipeline.sandbox import audit, protocol
+from arc_pipeline.sandbox.isolation import Isolation
+from arc_pipeline.sandbox.program import PRELUDE, prepare_code
+from arc_pipeline.sandbox.types import INVALID_OUTPUT, MAX_MESSAGE_CHARS, MISSING_TRANSFORM, UNSAFE
+
+READY = b"S"
+SETUP_FAILED = b"F"
+_PRELUDE_CODE = compile(PRELUDE, "<prelude>", "exec")
+_MEMORY_RECORD = protocol.encode_error("MemoryError", "out of memory")
+_BUILTINS = dict(builtins.__dict__)
+
+
+def _restore_builtins() -> None:
+    """Undo a program's changes to builtins so that encoding its result works (its own process only)."""
+    namespace = builtins.__dict__
+    namespace.clear()
+    namespace.update(_BUILTINS)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _message(error: BaseException) -> str:
+    try:
+        text = str(error)
+    except BaseException:  # a hostile __str__
+        text = "<unprintable>"
+    return text[:MAX_MESSAGE_CHARS]
+
+
+def _type_name(error: BaseException) -> str:
+    try:
+        name = type(error).__name__
+    except BaseException:
+        name = ""
+    return name if isinstance(name, str) and name.isidentifier() and len(name) <= 64 else "Exception"
+
+
+def _execute(code: str, inputs: list[np.ndarray]) -> bytes:
+    """Run the program on every input; the record to send back."""
+    random.seed(0)
+    np.random.seed(0)
+    module = types.ModuleType("program")
+    sys.modules["program"] = module  # classes and dataclasses look their module up there
+    namespace = module.__dict__
+    try:
+        exec(_PRELUDE_CODE, namespace)
+        exec(compile(prepare_code(code), "<program>", "exec"), namespace)
+        transform = namespace.get("transform")
+        if not callable(transform):
+            return protocol.encode_error(MISSING_TRANSFORM, "the program defines no callable `transform`")
+        outputs = [transform(grid.copy()) for grid in inputs]
+    except MemoryError:
+        return _MEMORY_RECORD
+    except BaseException as error:  # the program's own exception, SystemExit included
+        _restore_builtins()
+        return protocol.encode_error(_type_name(error), _message(error))
+    _restore_builtins()
+    grids = []
+    for index, output in enumerate(outputs):
+        try:
+            grids.append(as_grid(output))
+        except GridError as error:
+            return protocol.encode_error(INVALID_OUTPUT, f"output {index}: {error}")
+        except MemoryError:
+            return _MEMORY_RECORD
+        except BaseException as error:  # a hostile __array__ or __len__
+            return protocol.encode_error(INVALID_OUTPUT, f"output {index}: {_type_name(error)}: {_message(error)}")
+    return protocol.encode_outputs(grids)
+
+
+def run(job: tuple[int, str, list[np.ndarray]], write_fd: int, devnull_fd: int, zygote_pid: int,
+        isolation: Isolation, use_audit_hook: bool) -> NoReturn:
+    """Never returns: the process ends with os._exit whatever happens."""
+    _, code, inputs = job
+    try:
+        try:
+            isolation.apply(write_fd, devnull_fd, zygote_pid)
+            if use_audit_hook:
+
+                def report(description: str) -> None:
+                    try:
+                        _write_all(write_fd, protocol.encode_error(UNSAFE, f"forbidden: {description}"))
+                    finally:
+                        os._exit(0)
+
+                sys.addaudithook(audit.make_hook(isolation.read_roots, report))
+        except BaseException as error:
+            _write_all(write_fd, SETUP_FAILED + f"{type(error).__name__}: {error}".encode()[:500])
+            os._exit(3)
+        _write_all(write_fd, READY)
+        try:
+            record = _execute(code, inputs)
+        except MemoryError:
+            record = _MEMORY_RECORD
+        _write_all(write_fd, record)
+    except MemoryError:
+        try:
+            _write_all(write_fd, _MEMORY_RECORD)
+        except BaseException:
+            pass
+    except BaseException:
+        pass
+    finally:
+        os._exit(0)

@@ -1,0 +1,61 @@
+"""The sandbox's configuration and result types, and the error type names it records."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+TIMEOUT = "TimeoutException"
+MEMORY = "MemoryError"
+UNSAFE = "UnsafeCode"
+NON_DETERMINISTIC = "NonDeterministicCode"  # reserved: programs are seeded, so never produced
+MISSING_TRANSFORM = "MissingTransform"
+INVALID_OUTPUT = "InvalidOutput"
+WORKER_CRASHED = "WorkerCrashed"
+PARSING_CODE_FAILED = "ParsingCodeFailed"  # produced by callers when extract_code returns None
+
+#: Error messages are cut to this many characters.
+MAX_MESSAGE_CHARS = 300
+
+
+@dataclass(frozen=True)
+class SandboxConfig:
+    """How programs are run.
+
+    workers: worker processes running programs in parallel (each forks one child per program).
+    timeout_s: wall-clock limit for one program over all its inputs together.
+    memory_mb: address-space limit of the process running one program, in MiB.
+    """
+
+    workers: int = 2
+    timeout_s: float = 1.0
+    memory_mb: int = 2048
+
+    def __post_init__(self) -> None:
+        if self.workers < 1:
+            raise ValueError(f"SandboxConfig.workers must be >= 1, got {self.workers}")
+        if not self.timeout_s > 0:
+            raise ValueError(f"SandboxConfig.timeout_s must be > 0, got {self.timeout_s}")
+        if self.memory_mb < 256:
+            raise ValueError(f"SandboxConfig.memory_mb must be >= 256, got {self.memory_mb}")
+
+
+@dataclass(frozen=True)
+class ProgramResult:
+    """What one program did on its inputs.
+
+    outputs: one int8 grid per input, present iff error_type is None.
+    error_type: None, one of the names above, or the Python exception class name the program raised.
+    error_message: short (at most MAX_MESSAGE_CHARS), or None.
+    duration_s: wall-clock time of the program (from the start of its code to its last output).
+    """
+
+    outputs: list[np.ndarray] | None
+    error_type: str | None
+    error_message: str | None
+    duration_s: float
+
+    @property
+    def ok(self) -> bool:
+        return self.error_type is None

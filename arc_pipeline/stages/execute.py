@@ -1,0 +1,122 @@
+"""Stage ``execute``: run every predicted program in the sandbox, score it, and tabulate the run.
+
+Writes the executions parquet (``EXECUTIONS_SCHEMA``; chunked and resumable, see
+:mod:`arc_pipeline.scoring.resumable`), the per-task metric table (``METRICS_SCHEMA``, with a last
+``MEAN`` row) and the per-task error table, each as parquet and markdown (pipeline-facts 5 and 6).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import tempfile
+import time
+from pathlib import Path
+
+import polars as pl
+import pyarrow as pa
+from pydantic import BaseModel, Field, PositiveFloat, PositiveInt
+
+from arc_pipeline.config_args import add_config_argument, parse_config
+from arc_pipeline.io import InputFileError, read_frame, write_table
+from arc_pipeline.schemas import METRICS_SCHEMA, PREDICTIONS_SCHEMA, TASKS_SCHEMA, errors_schema
+from arc_pipeline.scoring.execution import NEEDED_COLUMNS, check_predictions, tasks_by_id
+from arc_pipeline.scoring.resumable import execute_resumable
+from arc_pipeline.scoring.tables import (
+    EXECUTION_COLUMNS,
+    common_errors,
+    error_table,
+    errors_markdown,
+    mean_row,
+    task_metrics,
+    to_markdown,
+)
+
+log = logging.getLogger(__name__)
+
+
+def _default_workers() -> int:
+    return max(1, len(os.sched_getaffinity(0)))
+
+
+class ExecuteConfig(BaseModel):
+    workers: PositiveInt = Field(default_factory=_default_workers,
+                                 description="sandbox worker processes (default: the CPUs this job may use)")
+    timeout_s: PositiveFloat = Field(1.0, description="time limit of one program on all its inputs (seeds: 1 s)")
+    memory_mb: PositiveInt = Field(2048, description="memory limit of one program in MiB (seeds: 2048)")
+    chunk_size: PositiveInt = Field(2000, description="predictions per resumable chunk")
+    progress: bool = Field(True, description="show a progress bar per chunk")
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--predictions", type=Path, required=True, help="predictions parquet (PREDICTIONS_SCHEMA)")
+    parser.add_argument("--tasks", type=Path, required=True, help="tasks parquet (TASKS_SCHEMA)")
+    parser.add_argument("--executions", type=Path, required=True, help="output: executions parquet")
+    parser.add_argument("--metrics", type=Path, required=True, help="output: per-task metrics parquet")
+    parser.add_argument("--metrics-md", type=Path, required=True, help="output: per-task metrics markdown")
+    parser.add_argument("--errors", type=Path, required=True, help="output: per-task error shares parquet")
+    parser.add_argument("--errors-md", type=Path, required=True, help="output: error tables markdown")
+    add_config_argument(parser)
+
+
+def write_text(text: str, path: Path) -> None:
+    """Atomic text write (a killed job leaves no half-written markdown)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
+        os.replace(tmp_name, path)
+    except BaseException:
+        Path(tmp_name).unlink(missing_ok=True)
+        raise
+
+
+def _read_inputs(args: argparse.Namespace):
+    columns = pa.schema([PREDICTIONS_SCHEMA.field(name) for name in NEEDED_COLUMNS])
+    try:
+        predictions = read_frame(args.predictions, columns)
+        tasks = tasks_by_id(read_frame(args.tasks, TASKS_SCHEMA), source=str(args.tasks))
+        check_predictions(predictions, tasks, source=str(args.predictions))
+        if predictions.height == 0:
+            raise ValueError(f"{args.predictions}: no predictions")
+    except (InputFileError, ValueError) as error:
+        raise SystemExit(str(error)) from None
+    return predictions, tasks
+
+
+def run(args: argparse.Namespace) -> None:
+    config = parse_config(args, ExecuteConfig)
+    started = time.monotonic()
+    predictions, tasks = _read_inputs(args)
+    from arc_pipeline.sandbox import SandboxConfig  # after the input checks: they need no sandbox
+
+    sandbox_config = SandboxConfig(workers=config.workers, timeout_s=config.timeout_s, memory_mb=config.memory_mb)
+    log.info("executing %d predictions of %d tasks with %d workers (timeout %.1f s, memory %d MiB)",
+             predictions.height, predictions["task_id"].n_unique(), config.workers, config.timeout_s,
+             config.memory_mb)
+    execute_resumable(predictions, tasks, sandbox_config, args.executions, chunk_size=config.chunk_size,
+                      progress=config.progress, source=str(args.predictions))
+
+    executions = pl.read_parquet(args.executions, columns=list(EXECUTION_COLUMNS))
+    task_ids = executions["task_id"].unique().to_list()
+    test_known = {task_id: all(grid is not None for grid in tasks[task_id].test_outputs) for task_id in task_ids}
+    metrics = task_metrics(executions, test_known)
+    write_table(metrics, args.metrics, METRICS_SCHEMA)
+    write_text(to_markdown(metrics), args.metrics_md)
+    errors = error_table(executions)
+    write_table(errors, args.errors, errors_schema(errors.columns[2:]))
+    write_text(errors_markdown(errors, common_errors(executions)), args.errors_md)
+
+    means = mean_row(metrics) if metrics.height > 1 else {}
+
+    def pct(name: str) -> str:
+        value = means.get(name)
+        return "-" if value is None else f"{value:.1%}"
+
+    log.info("executed %d predictions of %d tasks in %.0f s: valid code %s, valid outputs %s, "
+             "train_is_correct %s, test_is_correct %s, is_correct %s, solved %s",
+             executions.height, len(task_ids), time.monotonic() - started, pct("valid code"),
+             pct("valid outputs"), pct("train_is_correct"), pct("test_is_correct"), pct("is_correct"),
+             pct("solved"))

@@ -1,0 +1,468 @@
+"""``arc-pipeline model``: produce the base model folder every later stage loads.
+
+Three sources, one kind of output (a Hugging Face model folder plus ``model.json``):
+
+- ``tiny``: a random Llama (``LlamaForCausalLM``) and a byte-level BPE tokenizer with the Llama 3.1
+  special tokens and chat template, built in seconds from the prompts of the given tasks. It lets the
+  whole workflow run offline on a CPU with the same code paths as the real model.
+- ``hub``: ``huggingface_hub.snapshot_download`` of e.g. ``barc0/Llama-3.1-ARC-Potpourri-Induction-8B``.
+- ``path``: an existing local folder, linked file by file (no copy of the weights).
+
+For ``hub`` and ``path`` the saved tokenizer config pads with ``<|finetune_right_pad_id|>`` instead of
+``<|eot_id|>``, as the seeds did by hand. The folder is built beside ``--output`` and renamed into
+place, so a failed run never leaves a half-written model behind.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field, model_validator
+
+from arc_pipeline.config_args import add_config_argument, parse_config
+from arc_pipeline.models import (
+    END_OF_TEXT_TOKEN,
+    END_OF_TURN_TOKEN,
+    MARKER_FILE,
+    PAD_TOKEN,
+    ModelFolderError,
+    check_model_dir,
+)
+
+log = logging.getLogger(__name__)
+
+BEGIN_OF_TEXT_TOKEN = "<|begin_of_text|>"
+# The Llama 3.1 special tokens (the real vocabulary also has reserved ones the pipeline never uses).
+SPECIAL_TOKENS = (
+    BEGIN_OF_TEXT_TOKEN,
+    END_OF_TEXT_TOKEN,
+    "<|start_header_id|>",
+    "<|end_header_id|>",
+    END_OF_TURN_TOKEN,
+    PAD_TOKEN,
+    "<|eom_id|>",
+    "<|python_tag|>",
+)
+VLLM_CPU_HEAD_SIZE = 64  # vLLM's CPU attention kernels reject small heads (16 fails, 64 works)
+
+# Renders like Llama 3.1 Instruct's own template without tool calling: the default system header with
+# its knowledge-cutoff lines, every content trimmed, <|eot_id|> after each turn. Because contents are
+# trimmed, a continued final message loses its trailing whitespace, as it does with the real model.
+LLAMA31_CHAT_TEMPLATE = (
+    "{{- bos_token }}\n"
+    "{%- if messages[0]['role'] == 'system' %}\n"
+    "    {%- set system_message = messages[0]['content'] | trim %}\n"
+    "    {%- set messages = messages[1:] %}\n"
+    "{%- else %}\n"
+    "    {%- set system_message = '' %}\n"
+    "{%- endif %}\n"
+    "{%- if date_string is not defined %}{%- set date_string = '26 Jul 2024' %}{%- endif %}\n"
+    "{{- '<|start_header_id|>system<|end_header_id|>\\n\\n' }}\n"
+    "{{- 'Cutting Knowledge Date: December 2023\\n' }}\n"
+    "{{- 'Today Date: ' + date_string + '\\n\\n' }}\n"
+    "{{- system_message + '<|eot_id|>' }}\n"
+    "{%- for message in messages %}\n"
+    "    {{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n' }}\n"
+    "    {{- message['content'] | trim + '<|eot_id|>' }}\n"
+    "{%- endfor %}\n"
+    "{%- if add_generation_prompt %}\n"
+    "    {{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}\n"
+    "{%- endif %}\n"
+)
+
+# A BARC-style answer, so that completions (prose, a fenced Python block) tokenize sensibly.
+EXAMPLE_ANSWER = '''```python
+from common import *
+
+import numpy as np
+from typing import *
+
+# concepts:
+# symmetry, color mapping, object detection
+
+# description:
+# In the input you will see a black grid with a few colored objects.
+# To make the output, mirror every object to the right side of the grid
+# and recolor it with the color of the largest object.
+
+def transform(input_grid):
+    # plan:
+    # 1. find the connected components (objects) on a black background
+    # 2. pick the color of the largest object
+    # 3. mirror each object and draw it with that color
+    output_grid = np.copy(input_grid)
+    background = Color.BLACK
+    objects = find_connected_components(input_grid, background=background, connectivity=4, monochromatic=False)
+    if len(objects) == 0:
+        return output_grid
+    largest = max(objects, key=lambda obj: np.sum(obj != background))
+    target_color = np.argmax(np.bincount(largest[largest != background].flatten()))
+    for obj in objects:
+        x, y, width, height = bounding_box(obj, background=background)
+        sprite = crop(obj, background=background)
+        mirrored = np.fliplr(sprite)
+        mirrored[mirrored != background] = target_color
+        blit_sprite(output_grid, mirrored, x=input_grid.shape[0] - x - width, y=y, background=background)
+    for i in range(output_grid.shape[0]):
+        for j in range(output_grid.shape[1]):
+            if output_grid[i, j] == Color.RED and input_grid[i, j] != Color.RED:
+                output_grid[i, j] = Color.BLUE
+    return output_grid
+```
+'''
+
+
+# Modules whose Python source (code and docstrings) gives the tokenizer a general code vocabulary.
+CODE_MODULES = (
+    "numpy.lib._function_base_impl",
+    "numpy.lib._shape_base_impl",
+    "numpy._core.numeric",
+    "collections",
+    "statistics",
+)
+
+
+class TinyModelConfig(BaseModel):
+    """A random Llama small enough for CPU tests, shaped like Llama 3.1 (GQA, untied head, RoPE 500k)."""
+
+    hidden_size: int = Field(128, ge=64, description="model width; hidden_size / num_attention_heads must be 64")
+    num_hidden_layers: int = Field(2, ge=1, description="transformer blocks")
+    num_attention_heads: int = Field(2, ge=1, description="query heads (head size 64: vLLM's CPU kernels need it)")
+    num_key_value_heads: int = Field(1, ge=1, description="key/value heads (grouped-query attention, as Llama 3.1)")
+    intermediate_size: int = Field(512, ge=1, description="MLP width")
+    vocab_size: int = Field(
+        4096, ge=512, description="target size of the BPE vocabulary; the model's embedding gets the size reached"
+    )
+    seed: int = Field(0, description="seed of the weight initialisation")
+    max_position_embeddings: int = Field(
+        16384, ge=12288, description="context length; prompts reach ~8.6k tokens with the real tokenizer"
+    )
+    corpus_tasks: int = Field(200, ge=1, description="at most this many tasks feed the tokenizer's training text")
+    dtype: Literal["float32", "bfloat16"] = Field("float32", description="dtype of the saved weights")
+
+    @model_validator(mode="after")
+    def _head_size(self) -> "TinyModelConfig":
+        if self.hidden_size != VLLM_CPU_HEAD_SIZE * self.num_attention_heads:
+            raise ValueError(
+                f"hidden_size ({self.hidden_size}) / num_attention_heads ({self.num_attention_heads}) must be "
+                f"{VLLM_CPU_HEAD_SIZE}: vLLM's CPU attention rejects other head sizes"
+            )
+        if self.num_attention_heads % self.num_key_value_heads:
+            raise ValueError("num_attention_heads must be a multiple of num_key_value_heads")
+        return self
+
+
+class ModelStageConfig(BaseModel):
+    """Where the base model comes from (the workflow config's ``model`` section)."""
+
+    source: Literal["tiny", "hub", "path"] = Field(
+        "tiny", description="tiny: build a random test model; hub: download; path: use a local folder"
+    )
+    name_or_path: str = Field(
+        "barc0/Llama-3.1-ARC-Potpourri-Induction-8B",
+        description="hub repository id (source hub) or local model folder (source path); unused for tiny",
+    )
+    revision: str | None = Field(None, description="hub branch, tag or commit (source hub); None = main")
+    ignore_patterns: list[str] = Field(
+        default_factory=lambda: ["original/*", "*.pth"],
+        description="hub files not to download (Meta's original consolidated checkpoints)",
+    )
+    tiny: TinyModelConfig = Field(default_factory=TinyModelConfig, description="the tiny model (source tiny)")
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--tasks", help="tasks parquet (TASKS_SCHEMA) whose prompts train the tiny tokenizer")
+    parser.add_argument("--output", required=True, help="model folder to write (replaced atomically)")
+    add_config_argument(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    config = parse_config(args, ModelStageConfig)
+    output = Path(args.output)
+    if config.source == "tiny" and not args.tasks:
+        raise SystemExit("model: source 'tiny' needs --tasks (a tasks parquet to train its tokenizer on)")
+    started = time.perf_counter()
+    with _staging_dir(output) as staging:
+        if config.source == "tiny":
+            info = build_tiny_model(Path(args.tasks), staging, config.tiny)
+        elif config.source == "hub":
+            info = download_hub_model(config, staging)
+        else:
+            info = link_local_model(Path(config.name_or_path), staging)
+        info["build_seconds"] = round(time.perf_counter() - started, 2)
+        (staging / MARKER_FILE).write_text(json.dumps(info, indent=2) + "\n")
+        check_model_dir(staging)
+    log.info("model folder %s ready (%s) in %.1f s", output, info["name"], info["build_seconds"])
+    return 0
+
+
+class _staging_dir:
+    """Build in a hidden sibling of ``output``; on success replace ``output`` with it, else delete it."""
+
+    def __init__(self, output: Path) -> None:
+        self.output = output
+
+    def __enter__(self) -> Path:
+        self.output.parent.mkdir(parents=True, exist_ok=True)
+        self.path = Path(tempfile.mkdtemp(prefix=f".{self.output.name}.", suffix=".tmp", dir=self.output.parent))
+        umask = os.umask(0)
+        os.umask(umask)
+        self.path.chmod(0o777 & ~umask)  # mkdtemp makes it private; the model folder is shared
+        return self.path
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if exc_type is not None:
+            shutil.rmtree(self.path, ignore_errors=True)
+            return
+        old = None
+        if self.output.exists() or self.output.is_symlink():
+            old = self.output.with_name(f".{self.output.name}.old-{os.getpid()}")
+            os.rename(self.output, old)
+        os.rename(self.path, self.output)
+        if old is not None:
+            if old.is_dir() and not old.is_symlink():
+                shutil.rmtree(old)
+            else:
+                old.unlink()
+
+
+# ---------------------------------------------------------------- tiny
+
+
+def tokenizer_corpus(tasks: list[Any], max_tasks: int) -> list[str]:
+    """Texts the tiny tokenizer learns its merges from: first-turn and refinement messages, an answer."""
+    from arc_pipeline.domain.prompts import first_turn_messages, refinement_messages
+
+    texts: list[str] = [EXAMPLE_ANSWER, *_module_sources(CODE_MODULES)]
+    for task in tasks[:max_tasks]:
+        order = range(len(task.train))
+        texts.extend(message["content"] for message in first_turn_messages(task, order, 0))
+        # Feedback as if the program had returned each train input unchanged (shapes may differ).
+        refinement = refinement_messages(task, 0, EXAMPLE_ANSWER, task.train_inputs)
+        texts.append(refinement[-1]["content"])
+    return texts
+
+
+def _module_sources(names: tuple[str, ...]) -> list[str]:
+    """Source texts of the importable modules among ``names`` (a renamed numpy module is skipped)."""
+    import importlib
+    import inspect
+
+    texts = []
+    for name in names:
+        try:
+            texts.append(inspect.getsource(importlib.import_module(name)))
+        except (ImportError, OSError, TypeError):
+            log.debug("no source for %s; left out of the tokenizer corpus", name)
+    return texts
+
+
+def train_tokenizer(texts: list[str], vocab_size: int, max_length: int) -> Any:
+    """A byte-level BPE (any text encodes) with the Llama 3.1 special tokens, as a fast HF tokenizer."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        min_frequency=2,
+        special_tokens=list(SPECIAL_TOKENS),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tokenizer.train_from_iterator(texts, trainer=trainer)
+    bos_id = tokenizer.token_to_id(BEGIN_OF_TEXT_TOKEN)
+    # Like Llama 3's tokenizer, plain encoding prepends <|begin_of_text|> (chat templates already have it).
+    tokenizer.post_processor = processors.Sequence(
+        [
+            processors.ByteLevel(trim_offsets=False),
+            processors.TemplateProcessing(
+                single=f"{BEGIN_OF_TEXT_TOKEN}:0 $A:0",
+                pair=f"{BEGIN_OF_TEXT_TOKEN}:0 $A:0 {BEGIN_OF_TEXT_TOKEN}:1 $B:1",
+                special_tokens=[(BEGIN_OF_TEXT_TOKEN, bos_id)],
+            ),
+        ]
+    )
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer,
+        bos_token=BEGIN_OF_TEXT_TOKEN,
+        eos_token=END_OF_TURN_TOKEN,
+        pad_token=PAD_TOKEN,
+        chat_template=LLAMA31_CHAT_TEMPLATE,
+        model_max_length=max_length,
+        clean_up_tokenization_spaces=False,
+    )
+
+
+def build_tiny_model(tasks_path: Path, output: Path, config: TinyModelConfig) -> dict[str, Any]:
+    """Write a random tiny Llama and its tokenizer into ``output``; return the provenance."""
+    import torch
+    from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
+
+    from arc_pipeline.domain.tasks import Task
+    from arc_pipeline.io import InputFileError, read_frame
+    from arc_pipeline.schemas import TASKS_SCHEMA
+
+    frame = read_frame(tasks_path, TASKS_SCHEMA)
+    if frame.height == 0:
+        raise InputFileError(f"{tasks_path}: no tasks to train the tiny tokenizer on")
+    tasks = []
+    for row in frame.head(config.corpus_tasks).iter_rows(named=True):
+        try:
+            tasks.append(Task.from_row(row))
+        except ValueError as error:
+            raise InputFileError(f"{tasks_path}: task {row['task_id']}: {error}") from None
+    corpus = tokenizer_corpus(tasks, config.corpus_tasks)
+    tokenizer = train_tokenizer(corpus, config.vocab_size, config.max_position_embeddings)
+    # Like Llama 3.1's generation config: end of turn, end of text and end of message all stop.
+    stop_tokens = (END_OF_TURN_TOKEN, END_OF_TEXT_TOKEN, "<|eom_id|>")
+    stop_ids = [tokenizer.convert_tokens_to_ids(token) for token in stop_tokens]
+    model_config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=config.hidden_size,
+        intermediate_size=config.intermediate_size,
+        num_hidden_layers=config.num_hidden_layers,
+        num_attention_heads=config.num_attention_heads,
+        num_key_value_heads=config.num_key_value_heads,
+        head_dim=VLLM_CPU_HEAD_SIZE,
+        max_position_embeddings=config.max_position_embeddings,
+        rms_norm_eps=1e-5,
+        rope_theta=500000.0,
+        tie_word_embeddings=False,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=stop_ids,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    torch.manual_seed(config.seed)
+    model = LlamaForCausalLM(model_config).to(getattr(torch, config.dtype))
+    model.generation_config = GenerationConfig(
+        bos_token_id=tokenizer.bos_token_id, eos_token_id=stop_ids, pad_token_id=tokenizer.pad_token_id
+    )
+    model.save_pretrained(output)
+    tokenizer.save_pretrained(output)
+    n_params = sum(parameter.numel() for parameter in model.parameters())
+    log.info("tiny model: %d parameters, vocabulary %d, from %d tasks", n_params, len(tokenizer), len(tasks))
+    return {
+        "source": "tiny",
+        "name": f"tiny-llama-seed{config.seed}",
+        "tasks": str(tasks_path),
+        "parameters": n_params,
+        "vocab_size": len(tokenizer),
+        "config": config.model_dump(),
+    }
+
+
+# ---------------------------------------------------------------- hub and path
+
+
+def download_hub_model(config: ModelStageConfig, output: Path) -> dict[str, Any]:
+    """Download the hub repository into ``output`` and make its tokenizer pad with a distinct token."""
+    from huggingface_hub import snapshot_download
+
+    repo_id = config.name_or_path
+    log.info("downloading %s (revision %s) into %s", repo_id, config.revision or "main", output)
+    try:
+        snapshot_download(
+            repo_id=repo_id,
+            revision=config.revision,
+            local_dir=output,
+            ignore_patterns=config.ignore_patterns or None,
+        )
+    except Exception as error:  # offline, unknown repo, gated, disk full: all end the stage the same way
+        raise SystemExit(
+            f"model: could not download {repo_id!r} (revision {config.revision or 'main'}) from the Hugging Face "
+            f"hub: {type(error).__name__}: {error}\nOn a machine without hub access, download the model elsewhere "
+            "and point the config at it: model: {source: path, name_or_path: /path/to/model-folder}"
+        ) from None
+    shutil.rmtree(output / ".cache", ignore_errors=True)  # huggingface_hub's download bookkeeping
+    _check(output)
+    fix_pad_token(output)
+    return {"source": "hub", "name": repo_id, "revision": config.revision, "commit": _hub_commit(repo_id, config)}
+
+
+def _hub_commit(repo_id: str, config: ModelStageConfig) -> str | None:
+    try:
+        from huggingface_hub import model_info
+
+        return model_info(repo_id, revision=config.revision).sha
+    except Exception:  # provenance only: never fail a finished download on it
+        return None
+
+
+def link_local_model(source: Path, output: Path) -> dict[str, Any]:
+    """Link every file of a local model folder into ``output`` (weights are not copied).
+
+    The tokenizer config files are copied instead, so the pad token can be fixed without touching
+    the user's folder.
+    """
+    source = _check(source.expanduser()).resolve()
+    for entry in source.iterdir():
+        if entry.name in _TOKENIZER_CONFIGS:
+            shutil.copyfile(entry, output / entry.name)
+        elif entry.name != MARKER_FILE and not entry.name.startswith("."):
+            (output / entry.name).symlink_to(entry)
+    fix_pad_token(output)
+    return {"source": "path", "name": str(source), "path": str(source)}
+
+
+def _check(path: Path) -> Path:
+    try:
+        return check_model_dir(path)
+    except ModelFolderError as error:
+        raise SystemExit(f"model: {error}") from None
+
+
+_TOKENIZER_CONFIGS = ("tokenizer_config.json", "special_tokens_map.json")
+
+
+def fix_pad_token(model_dir: Path) -> bool:
+    """Pad with ``<|finetune_right_pad_id|>`` where the saved config pads with an end token or not at all.
+
+    Returns whether anything changed. A vocabulary without that token is left alone (``load_tokenizer``
+    then names the problem).
+    """
+    vocab = _vocabulary(model_dir)
+    if PAD_TOKEN not in vocab:
+        log.warning("%s: no %s in the vocabulary; pad token left as it is", model_dir, PAD_TOKEN)
+        return False
+    changed = False
+    for name in _TOKENIZER_CONFIGS:
+        path = model_dir / name
+        if not path.is_file():
+            continue
+        data = json.loads(path.read_text())
+        pad = data.get("pad_token")
+        pad_text = pad.get("content") if isinstance(pad, dict) else pad
+        if name == "special_tokens_map.json" and pad is None:
+            continue
+        if pad_text in (None, END_OF_TURN_TOKEN, END_OF_TEXT_TOKEN):
+            data["pad_token"] = PAD_TOKEN
+            path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+            log.info("%s: pad_token %r -> %r", path, pad_text, PAD_TOKEN)
+            changed = True
+    return changed
+
+
+def _vocabulary(model_dir: Path) -> set[str]:
+    tokens: set[str] = set()
+    tokenizer_json = model_dir / "tokenizer.json"
+    if tokenizer_json.is_file():
+        data = json.loads(tokenizer_json.read_text())
+        tokens.update(token["content"] for token in data.get("added_tokens", []))
+        vocab = data.get("model", {}).get("vocab", {})
+        tokens.update(vocab if isinstance(vocab, dict) else [])
+    config = model_dir / "tokenizer_config.json"
+    if config.is_file():
+        decoder = json.loads(config.read_text()).get("added_tokens_decoder", {})
+        tokens.update(entry.get("content") for entry in decoder.values())
+    return tokens

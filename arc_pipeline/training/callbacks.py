@@ -1,0 +1,119 @@
+"""Trainer callbacks: the collapse guard, and choosing the checkpoint to keep after it fires.
+
+The guard reads only what the trainer logs (``state.log_history``), so after a resume it replays the
+history and continues with the same streak it had when the job was killed.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+from transformers import TrainerCallback
+
+from arc_pipeline.training.config import CollapseGuardConfig
+
+log = logging.getLogger(__name__)
+
+TRUNCATED_SHARE_KEY = "completions/clipped_ratio"  # TRL's share of completions without a stop token
+ENTROPY_KEY = "entropy"
+REWARD_KEY = "reward"
+_CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
+
+
+def collapse_reasons(logs: dict[str, Any], config: CollapseGuardConfig) -> list[str]:
+    """Which thresholds one logging window crosses (empty when healthy or not a training log)."""
+    reasons = []
+    truncated = logs.get(TRUNCATED_SHARE_KEY)
+    entropy = logs.get(ENTROPY_KEY)
+    if config.max_truncated_share is not None and truncated is not None and truncated > config.max_truncated_share:
+        reasons.append(f"truncated share {truncated:.3f} > {config.max_truncated_share}")
+    if entropy is not None and config.min_entropy is not None and entropy < config.min_entropy:
+        reasons.append(f"entropy {entropy:.3f} < {config.min_entropy}")
+    if entropy is not None and config.max_entropy is not None and entropy > config.max_entropy:
+        reasons.append(f"entropy {entropy:.3f} > {config.max_entropy}")
+    return reasons
+
+
+class CollapseGuard(TrainerCallback):
+    """Stop training after ``patience`` consecutive logging windows that cross a collapse threshold.
+
+    ``stopped_at`` (step), ``streak_start`` (step of the first offending window) and ``reasons`` say
+    what happened; the stage then keeps :func:`best_checkpoint` from before ``streak_start``.
+    """
+
+    def __init__(self, config: CollapseGuardConfig) -> None:
+        self.config = config
+        self.streak = 0
+        self.streak_start: int | None = None
+        self.stopped_at: int | None = None
+        self.reasons: list[str] = []
+
+    def _observe(self, step: int, logs: dict[str, Any]) -> bool:
+        if TRUNCATED_SHARE_KEY not in logs and ENTROPY_KEY not in logs:
+            return False  # not a training-metrics log (e.g. the final summary)
+        reasons = collapse_reasons(logs, self.config)
+        if not reasons:
+            self.streak, self.streak_start = 0, None
+            return False
+        if self.streak == 0:
+            self.streak_start = step
+        self.streak += 1
+        self.reasons = reasons
+        return self.streak >= self.config.patience
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        # After a resume the history holds the windows logged before the kill: replay them.
+        self.streak, self.streak_start = 0, None
+        for entry in state.log_history:
+            self._observe(int(entry.get("step", 0)), entry)
+        return control
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if logs and self.config.enabled and self._observe(state.global_step, logs):
+            self.stopped_at = state.global_step
+            control.should_training_stop = True
+            log.warning(
+                "collapse guard: %d consecutive windows from step %d (%s); stopping at step %d",
+                self.streak, self.streak_start, "; ".join(self.reasons), state.global_step,
+            )
+        return control
+
+
+def checkpoints(folder: str | Path) -> dict[int, Path]:
+    """``checkpoint-N`` folders by step."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return {}
+    found = {}
+    for entry in folder.iterdir():
+        match = _CHECKPOINT.match(entry.name)
+        if match and entry.is_dir():
+            found[int(match.group(1))] = entry
+    return found
+
+
+def best_checkpoint(folder: str | Path, log_history: list[dict[str, Any]], before_step: int | None) -> Path | None:
+    """The checkpoint with the highest mean reward over the windows since the previous checkpoint.
+
+    Only checkpoints saved before ``before_step`` count; None when there is none with a logged reward.
+    """
+    found = sorted(checkpoints(folder).items())
+    best: tuple[float, int, Path] | None = None
+    previous = 0
+    for step, path in found:
+        if before_step is not None and step >= before_step:
+            break
+        rewards = [
+            entry[REWARD_KEY] for entry in log_history
+            if REWARD_KEY in entry and previous < entry.get("step", 0) <= step and not math.isnan(entry[REWARD_KEY])
+        ]
+        previous = step
+        if rewards:
+            mean = sum(rewards) / len(rewards)
+            if best is None or mean > best[0]:
+                best = (mean, step, path)
+    return None if best is None else best[2]

@@ -1,0 +1,173 @@
+"""Every knob of GRPO training of the refinement LoRA (the workflow config's ``train`` section).
+
+Defaults are the published multi-turn run (pipeline-facts section 10). TRL 1.x changed several
+defaults the seeds relied on (loss type, beta 0, top_p 1.0, bf16 on, no ``max_prompt_length``), so
+:func:`arc_pipeline.training.grpo.grpo_config` sets every one of them from here explicitly and never
+relies on TRL's defaults.
+
+Collapse guards (entropy and truncation watch, soft overlong penalty, clip-higher) are off by
+default, as they were in the seeds.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
+
+from arc_pipeline.scoring.rewards import REWARD_NAMES
+
+ALL_PROJECTIONS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+class CollapseGuardConfig(BaseModel):
+    """Stop training when it collapses (iteration 30 of the seeds: long, repetitive or gibberish outputs).
+
+    Each logging window is checked; when one of the set thresholds is crossed for ``patience``
+    consecutive windows, training stops and the stage keeps the best checkpoint saved before the
+    streak began (highest mean reward over the windows since the previous checkpoint). All thresholds
+    None (the default) disables the guard.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_truncated_share: float | None = Field(
+        None, ge=0, le=1, description="collapse when TRL's completions/clipped_ratio exceeds this (e.g. 0.3)"
+    )
+    min_entropy: float | None = Field(
+        None, ge=0, description="collapse when the mean token entropy (nats) falls below this (mode collapse)"
+    )
+    max_entropy: float | None = Field(
+        None, ge=0, description="collapse when the mean token entropy (nats) rises above this (gibberish)"
+    )
+    patience: PositiveInt = Field(3, description="consecutive offending logging windows before stopping")
+
+    @property
+    def enabled(self) -> bool:
+        return any(v is not None for v in (self.max_truncated_share, self.min_entropy, self.max_entropy))
+
+
+class TrainConfig(BaseModel):
+    """GRPO of a LoRA adapter on the refinement dataset. Field descriptions say where defaults come from."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    # ---- backend
+    backend: Literal["trl", "unsloth"] = Field(
+        "trl", description="trl: plain TRL + peft; unsloth: Unsloth's patched model and trainer (GPU only, lazy import)"
+    )
+    use_vllm: bool = Field(False, description="generate with vLLM colocated in the training process (GPU only)")
+    vllm_gpu_memory_utilization: float = Field(0.3, gt=0, le=1, description="seeds: 0.3")
+    use_cpu: bool = Field(False, description="train on the CPU (tests, the embedded default config)")
+    bf16: bool = Field(True, description="bf16 mixed precision (seeds: bf16); False on CPU")
+    gradient_checkpointing: bool = Field(True, description="recompute activations to fit 8B + 9.7k tokens on a GPU")
+    seed: int = Field(42, description="seed of adapter initialisation, data order and sampling")
+
+    # ---- LoRA (seeds: rank 1, rsLoRA, alpha 64, all attention and MLP projections)
+    lora_r: PositiveInt = Field(1, description="LoRA rank (seeds: 1, after 'LoRA without regret')")
+    lora_alpha: float = Field(64, gt=0, description="LoRA alpha (seeds: 64)")
+    use_rslora: bool = Field(True, description="rank-stabilised scaling alpha/sqrt(r) (seeds: on)")
+    lora_dropout: float = Field(0.0, ge=0, lt=1, description="LoRA dropout (seeds: 0)")
+    lora_target_modules: list[str] = Field(
+        default_factory=lambda: list(ALL_PROJECTIONS), description="modules that get an adapter (seeds: all 7)"
+    )
+
+    # ---- optimisation
+    learning_rate: float = Field(4e-6, gt=0, description="seeds: 4e-6")
+    lr_scheduler_type: str = Field("constant_with_warmup", description="seeds: constant with warm-up")
+    warmup_ratio: float = Field(0.01, ge=0, le=1, description="seeds: 1% warm-up")
+    max_grad_norm: float = Field(0.05, gt=0, description="seeds: 0.05")
+    weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay (transformers' default 0)")
+    num_train_epochs: float = Field(1, gt=0, description="seeds: 1 epoch over the refinement dataset")
+    max_steps: int = Field(-1, description="stop after this many optimizer steps; -1 = run the epochs")
+    gradient_accumulation_steps: PositiveInt = Field(4, description="seeds: 4")
+    per_device_train_batch_size: PositiveInt | None = Field(
+        None,
+        description="completions per forward pass; None = num_generations / gradient_accumulation_steps, so one "
+        "prompt's generations are spread over the accumulation steps (TRL: generation batch = per-device batch x "
+        "processes x steps_per_generation, steps_per_generation = gradient_accumulation_steps)",
+    )
+
+    # ---- GRPO
+    num_generations: PositiveInt = Field(32, ge=2, description="completions per prompt (seeds: 32)")
+    beta: float = Field(0.02, ge=0, description="KL coefficient (seeds: 0.02; TRL 1.x default 0 = no reference)")
+    loss_type: Literal["grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo"] = Field(
+        "bnpo",
+        description="loss aggregation; the TRL 0.2x the seeds ran defaulted to 'bnpo' (tokens of the local "
+        "batch), TRL 1.x defaults to 'dapo'",
+    )
+    scale_rewards: Literal["group", "batch", "none"] = Field("batch", description="seeds: batch")
+    mask_truncated_completions: bool = Field(True, description="drop truncated completions from the loss (seeds: on)")
+    epsilon: float = Field(0.2, gt=0, description="lower clip of the importance ratio (TRL default)")
+    epsilon_high: float | None = Field(
+        None, gt=0, description="clip-higher (DAPO recommends 0.28); None = same as epsilon (seeds: off)"
+    )
+    num_iterations: PositiveInt = Field(1, description="optimisation passes per generation batch (seeds: 1)")
+
+    # ---- sampling
+    temperature: float = Field(1.0, gt=0, description="seeds: 1.0")
+    top_p: float = Field(0.95, gt=0, le=1, description="seeds: 0.95 (TRL 1.x default 1.0)")
+    top_k: int = Field(0, ge=0, description="0 = no top-k filtering (seeds: none)")
+    repetition_penalty: float = Field(1.02, gt=0, description="seeds: 1.02")
+    max_completion_length: PositiveInt = Field(1024, description="seeds: 1,024 tokens")
+    max_seq_length: PositiveInt = Field(
+        9700, description="prompt + completion limit (seeds: 9,700); longer prompts are dropped from the dataset"
+    )
+
+    # ---- reward
+    reward: str = Field("arc-v2-no-pixel-score", description=f"one of {list(REWARD_NAMES)} (seeds: arc-v2)")
+    truncated_reward: float | None = Field(
+        None, description="reward of a truncated completion regardless of its program; None = score it normally"
+    )
+    soft_overlong_cache: int = Field(
+        0,
+        ge=0,
+        description="DAPO soft overlong punishment (trl.rewards.get_soft_overlong_punishment): completions longer "
+        "than max_completion_length - this many tokens get a linearly growing penalty; 0 = off (seeds: off)",
+    )
+    soft_overlong_weight: float = Field(1.0, ge=0, description="weight of the overlong penalty in the summed reward")
+    execution_workers: PositiveInt = Field(4, description="sandbox processes running generated programs")
+    execution_timeout_s: float = Field(1.0, gt=0, description="time limit of a program on all inputs (seeds: 1 s)")
+    execution_memory_mb: PositiveInt = Field(4096, description="memory limit of a program during RL (seeds: 4,096 MiB)")
+
+    # ---- checkpoints and logging
+    save_steps: PositiveInt = Field(200, description="checkpoint every this many steps (seeds: 200)")
+    save_total_limit: PositiveInt | None = Field(None, description="keep at most this many checkpoints; None = all")
+    logging_steps: PositiveInt = Field(1, description="log every this many steps (one row of training_metrics)")
+    report_to: list[str] = Field(
+        default_factory=lambda: ["tensorboard"], description="trackers: tensorboard (default), wandb, none"
+    )
+    run_name: str | None = Field(None, description="tracker run name; None = the output folder name")
+    log_completions: bool = Field(False, description="TRL's sample table of prompts and completions")
+
+    collapse_guard: CollapseGuardConfig = Field(default_factory=CollapseGuardConfig)
+
+    @model_validator(mode="after")
+    def _check(self) -> "TrainConfig":
+        if self.reward not in REWARD_NAMES:
+            raise ValueError(f"reward must be one of {list(REWARD_NAMES)}, got {self.reward!r}")
+        if self.per_device_train_batch_size is None and self.num_generations % self.gradient_accumulation_steps:
+            raise ValueError(
+                f"num_generations ({self.num_generations}) must be a multiple of gradient_accumulation_steps "
+                f"({self.gradient_accumulation_steps}), or set per_device_train_batch_size"
+            )
+        if self.max_completion_length >= self.max_seq_length:
+            raise ValueError("max_completion_length must be smaller than max_seq_length")
+        if self.use_cpu and self.bf16:
+            raise ValueError("bf16 is for GPUs: set bf16 false with use_cpu true")
+        if self.use_cpu and (self.use_vllm or self.backend == "unsloth"):
+            raise ValueError("use_vllm and the unsloth backend need a GPU: they cannot be used with use_cpu")
+        if self.soft_overlong_cache >= self.max_completion_length:
+            raise ValueError("soft_overlong_cache must be smaller than max_completion_length")
+        return self
+
+    @property
+    def batch_size(self) -> int:
+        """Per-device train batch size actually used."""
+        if self.per_device_train_batch_size is not None:
+            return self.per_device_train_batch_size
+        return self.num_generations // self.gradient_accumulation_steps
+
+    @property
+    def max_prompt_tokens(self) -> int:
+        return self.max_seq_length - self.max_completion_length

@@ -1,0 +1,415 @@
+"""GRPO training of the refinement LoRA with TRL (or Unsloth), resumable after a kill.
+
+What happens, in order: the refinement parquet becomes a standard (raw-text) prompt dataset whose
+extra columns carry the augmented task for the reward; the base model gets a LoRA (peft); TRL's
+``GRPOTrainer`` samples ``num_generations`` completions per prompt, executes them in a shared
+sandbox and scores them; checkpoints go to a folder beside the output every ``save_steps`` and a
+rerun resumes from the last one (unless the config, data or model changed, which starts afresh).
+The output is the final adapter folder (or the best checkpoint before a collapse) plus the per-step
+metrics parquet.
+
+Heavy imports (torch, transformers, TRL) happen inside functions: Unsloth must be imported before
+them to patch them, and light CLI commands should not pay for them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import math
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from arc_pipeline.io import InputFileError, read_frame, write_table
+from arc_pipeline.schemas import REFINEMENT_SCHEMA, TRAINING_METRICS_SCHEMA
+from arc_pipeline.training.config import TrainConfig
+
+log = logging.getLogger(__name__)
+
+# Columns handed to the trainer: the prompt plus what the reward needs (and ids for the logs).
+DATASET_COLUMNS = ["prompt", "task_id", "prediction_id", "train_inputs", "train_outputs", "test_inputs", "test_outputs"]
+FINGERPRINT_FILE = "run_fingerprint.json"
+SUMMARY_FILE = "training_summary.json"
+# Config fields that do not change what is learned: changing them keeps the checkpoints.
+_NOT_IN_FINGERPRINT = {
+    "report_to", "run_name", "logging_steps", "log_completions", "save_steps", "save_total_limit",
+    "execution_workers", "collapse_guard", "max_steps",
+}
+
+
+# ------------------------------------------------------------------ dataset
+
+
+def adds_bos(tokenizer: Any) -> bool:
+    """Whether plain tokenization prepends the BOS token (Llama 3 does)."""
+    if tokenizer.bos_token_id is None:
+        return False
+    ids = tokenizer("a")["input_ids"]
+    return bool(ids) and ids[0] == tokenizer.bos_token_id
+
+
+def load_refinement_dataset(path: str | os.PathLike, tokenizer: Any, config: TrainConfig) -> tuple[Any, dict]:
+    """The refinement parquet as a ``datasets.Dataset`` of raw-text prompts, and counts.
+
+    The ``prompt`` column is already rendered with the chat template, so it is a *standard* (not
+    conversational) prompt: TRL tokenizes it with ``tokenizer(text)``. That call adds BOS again for
+    Llama tokenizers, so the rendered BOS is stripped here. Prompts longer than
+    ``max_seq_length - max_completion_length`` are dropped (TRL 1.x no longer truncates prompts).
+    """
+    import polars as pl
+    from datasets import Dataset
+
+    frame = read_frame(path, REFINEMENT_SCHEMA)
+    total = frame.height
+    frame = frame.filter(pl.col("prompt_tokens") <= config.max_prompt_tokens)
+    dropped = total - frame.height
+    if dropped:
+        log.warning("%s: dropped %d of %d prompts longer than %d tokens", path, dropped, total, config.max_prompt_tokens)
+    if frame.height == 0:
+        raise InputFileError(f"{path}: no refinement prompt to train on ({total} rows, {dropped} too long)")
+    if adds_bos(tokenizer):
+        bos = tokenizer.bos_token
+        frame = frame.with_columns(
+            pl.when(pl.col("prompt").str.starts_with(bos))
+            .then(pl.col("prompt").str.slice(len(bos)))
+            .otherwise(pl.col("prompt"))
+            .alias("prompt")
+        )
+    dataset = Dataset.from_polars(frame.select(DATASET_COLUMNS))
+    return dataset, {"rows": total, "dropped_too_long": dropped, "kept": frame.height}
+
+
+# ------------------------------------------------------------------ model and trainer configuration
+
+
+def lora_config(config: TrainConfig) -> Any:
+    from peft import LoraConfig
+
+    return LoraConfig(
+        r=config.lora_r,
+        lora_alpha=config.lora_alpha,
+        lora_dropout=config.lora_dropout,
+        target_modules=list(config.lora_target_modules),
+        use_rslora=config.use_rslora,
+        bias="none",
+        task_type="CAUSAL_LM",
+    )
+
+
+def grpo_arguments(config: TrainConfig, output_dir: str | os.PathLike, reward_weights: Sequence[float]) -> Any:
+    """A ``GRPOConfig`` with every value that matters set from ``config`` (no TRL default relied on).
+
+    Keys this TRL version does not know are dropped with a warning, so the same code runs on the CPU
+    (trl 1.16) and GPU (trl 1.15) environments.
+    """
+    from trl import GRPOConfig
+
+    values: dict[str, Any] = {
+        "output_dir": str(output_dir),
+        "seed": config.seed,
+        "data_seed": config.seed,
+        "use_cpu": config.use_cpu,
+        "bf16": config.bf16,
+        "fp16": False,
+        "gradient_checkpointing": config.gradient_checkpointing,
+        # optimisation
+        "learning_rate": config.learning_rate,
+        "lr_scheduler_type": config.lr_scheduler_type,
+        "max_grad_norm": config.max_grad_norm,
+        "weight_decay": config.weight_decay,
+        "num_train_epochs": config.num_train_epochs,
+        "max_steps": config.max_steps,
+        "per_device_train_batch_size": config.batch_size,
+        "gradient_accumulation_steps": config.gradient_accumulation_steps,
+        # GRPO
+        "num_generations": config.num_generations,
+        "beta": config.beta,
+        "loss_type": config.loss_type,
+        "scale_rewards": config.scale_rewards,
+        "mask_truncated_completions": config.mask_truncated_completions,
+        "epsilon": config.epsilon,
+        "epsilon_high": config.epsilon_high,
+        "num_iterations": config.num_iterations,
+        "reward_weights": list(reward_weights),
+        "remove_unused_columns": False,
+        "shuffle_dataset": True,
+        # sampling
+        "temperature": config.temperature,
+        "top_p": config.top_p,
+        "top_k": config.top_k,
+        "min_p": None,
+        "repetition_penalty": config.repetition_penalty,
+        "max_completion_length": config.max_completion_length,
+        "use_vllm": config.use_vllm,
+        "vllm_mode": "colocate",
+        "vllm_gpu_memory_utilization": config.vllm_gpu_memory_utilization,
+        "vllm_max_model_length": config.max_seq_length,
+        # checkpoints and logging
+        "save_strategy": "steps",
+        "save_steps": config.save_steps,
+        "save_total_limit": config.save_total_limit,
+        "save_only_model": False,  # optimizer and RNG states are needed to resume
+        "logging_strategy": "steps",
+        "logging_steps": config.logging_steps,
+        "report_to": list(config.report_to) or "none",
+        "run_name": config.run_name or Path(output_dir).name,
+        "log_completions": config.log_completions,
+        "disable_tqdm": False,
+    }
+    known = {f.name for f in dataclasses.fields(GRPOConfig)}
+    # transformers 5 folded warmup_ratio into warmup_steps (a float below 1 is a ratio)
+    if "warmup_ratio" in known:
+        values["warmup_ratio"] = config.warmup_ratio
+    else:
+        values["warmup_steps"] = config.warmup_ratio
+    unknown = sorted(set(values) - known)
+    if unknown:
+        log.warning("this TRL version has no GRPOConfig fields %s: left out", unknown)
+    return GRPOConfig(**{key: value for key, value in values.items() if key in known})
+
+
+def stop_token_ids(model: Any, tokenizer: Any) -> list[int]:
+    """The ids that end a completion for TRL: generation config eos ids, tokenizer eos, and pad."""
+    ids = model.generation_config.eos_token_id
+    ids = [] if ids is None else [ids] if isinstance(ids, int) else list(ids)
+    ids += [tokenizer.eos_token_id, tokenizer.pad_token_id]
+    return sorted({int(i) for i in ids if i is not None})
+
+
+def load_model(config: TrainConfig, model_dir: str | os.PathLike) -> tuple[Any, Any, Any]:
+    """``(model, tokenizer, peft_config)``: for ``trl`` a plain model and a LoRA config for TRL to apply,
+    for ``unsloth`` Unsloth's model with its LoRA already attached (peft_config None)."""
+    from arc_pipeline.models import load_tokenizer
+
+    tokenizer = load_tokenizer(model_dir)
+    tokenizer.padding_side = "left"
+    if config.backend == "unsloth":
+        return _load_unsloth_model(config, model_dir), tokenizer, None
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    dtype = torch.bfloat16 if config.bf16 else torch.float32
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=dtype)
+    return model, tokenizer, lora_config(config)
+
+
+def _import_unsloth() -> Any:
+    try:
+        import unsloth  # noqa: F401  (must come before transformers/trl to patch them)
+        from unsloth import FastLanguageModel
+    except ImportError as error:
+        raise SystemExit(
+            f"train: backend 'unsloth' needs the unsloth package, which runs on NVIDIA GPUs only ({error}). "
+            "Install it with pip install 'arc-pipeline[gpu,unsloth]' on a GPU node, or use backend: trl."
+        ) from None
+    return FastLanguageModel
+
+
+def _load_unsloth_model(config: TrainConfig, model_dir: str | os.PathLike) -> Any:
+    fast_language_model = _import_unsloth()
+    model, _ = fast_language_model.from_pretrained(
+        model_name=str(model_dir),
+        max_seq_length=config.max_seq_length,
+        load_in_4bit=False,  # seeds: unquantized trained twice as fast
+        fast_inference=config.use_vllm,
+        max_lora_rank=config.lora_r,
+        gpu_memory_utilization=config.vllm_gpu_memory_utilization,
+    )
+    return fast_language_model.get_peft_model(
+        model,
+        r=config.lora_r,
+        lora_alpha=config.lora_alpha,
+        lora_dropout=config.lora_dropout,
+        target_modules=list(config.lora_target_modules),
+        use_rslora=config.use_rslora,
+        use_gradient_checkpointing="unsloth" if config.gradient_checkpointing else False,
+        random_state=config.seed,
+    )
+
+
+# ------------------------------------------------------------------ checkpoints
+
+
+def run_fingerprint(config: TrainConfig, dataset_path: str | os.PathLike, model_dir: str | os.PathLike) -> dict:
+    """What identifies a training run: checkpoints of a different run must not be resumed."""
+    digest = hashlib.sha256(Path(dataset_path).read_bytes()).hexdigest()
+    return {
+        "config": config.model_dump(mode="json", exclude=_NOT_IN_FINGERPRINT),
+        "dataset_sha256": digest,
+        "model": str(Path(model_dir).resolve()),
+    }
+
+
+def last_complete_checkpoint(folder: str | os.PathLike) -> Path | None:
+    """The newest ``checkpoint-N`` that has its trainer state (a kill mid-save leaves none)."""
+    from arc_pipeline.training.callbacks import checkpoints
+
+    for _, path in sorted(checkpoints(folder).items(), reverse=True):
+        if (path / "trainer_state.json").is_file():
+            return path
+    return None
+
+
+def prepare_checkpoint_dir(folder: Path, fingerprint: dict) -> Path | None:
+    """Create the checkpoint folder; return the checkpoint to resume from, if any.
+
+    Checkpoints left by a run with another fingerprint (config, data or model changed) are deleted.
+    """
+    marker = folder / FINGERPRINT_FILE
+    if marker.is_file() and json.loads(marker.read_text()) != fingerprint:
+        log.warning("%s: checkpoints belong to a different run (config, data or model changed): starting afresh", folder)
+        shutil.rmtree(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    marker.write_text(json.dumps(fingerprint, indent=2, sort_keys=True) + "\n")
+    resume = last_complete_checkpoint(folder)
+    if resume is not None:
+        log.info("resuming from %s", resume)
+    return resume
+
+
+# ------------------------------------------------------------------ metrics
+
+
+def metrics_rows(log_history: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The trainer's log history in long format (``TRAINING_METRICS_SCHEMA``); NaN becomes null."""
+    rows = []
+    for entry in log_history:
+        step = int(entry.get("step", 0))
+        epoch = entry.get("epoch")
+        for name, value in entry.items():
+            if name in ("step", "epoch") or isinstance(value, bool) or not isinstance(value, (int, float)):
+                continue
+            value = float(value)
+            rows.append({"step": step, "epoch": epoch, "name": name, "value": None if math.isnan(value) else value})
+    return rows
+
+
+# ------------------------------------------------------------------ the run
+
+
+@dataclass
+class TrainResult:
+    global_step: int
+    resumed_from: str | None
+    stopped_by_guard: bool
+    kept_checkpoint: str | None
+    dataset: dict = field(default_factory=dict)
+
+
+def default_checkpoint_dir(output: Path) -> Path:
+    """Beside the output, so a failed job's cleanup of its outputs never deletes the checkpoints."""
+    return output.with_name(f"{output.name}_checkpoints")
+
+
+def train(
+    config: TrainConfig,
+    dataset_path: str | os.PathLike,
+    model_dir: str | os.PathLike,
+    output: str | os.PathLike,
+    metrics_path: str | os.PathLike,
+    checkpoint_dir: str | os.PathLike | None = None,
+    extra_rewards: Sequence[tuple[Callable[..., list[float]], float]] = (),
+    callbacks: Sequence[Any] = (),
+) -> TrainResult:
+    """Train (or resume), then write the adapter folder ``output`` and the metrics parquet.
+
+    ``extra_rewards`` are ``(reward function, weight)`` pairs added to the ARC reward (tests use a
+    learnable one); ``callbacks`` are extra ``TrainerCallback`` objects.
+    """
+    if config.backend == "unsloth":
+        _import_unsloth()
+    if config.use_vllm or config.backend == "unsloth":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise SystemExit("train: use_vllm and the unsloth backend need a CUDA GPU, and none is visible")
+    from trl import GRPOTrainer
+
+    from arc_pipeline.sandbox import Sandbox, SandboxConfig
+    from arc_pipeline.training.callbacks import CollapseGuard, best_checkpoint
+    from arc_pipeline.training.rewards import ArcReward, soft_overlong_penalty
+
+    output = Path(output)
+    checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir is not None else default_checkpoint_dir(output)
+    model, tokenizer, peft_config = load_model(config, model_dir)
+    dataset, dataset_counts = load_refinement_dataset(dataset_path, tokenizer, config)
+    resume = prepare_checkpoint_dir(checkpoint_dir, run_fingerprint(config, dataset_path, model_dir))
+    guard = CollapseGuard(config.collapse_guard)
+    sandbox_config = SandboxConfig(
+        workers=config.execution_workers, timeout_s=config.execution_timeout_s, memory_mb=config.execution_memory_mb
+    )
+    with Sandbox(sandbox_config) as sandbox:
+        rewards: list[tuple[Callable[..., list[float]], float]] = [
+            (ArcReward(config.reward, sandbox, stop_token_ids(model, tokenizer), config.truncated_reward), 1.0)
+        ]
+        if config.soft_overlong_cache:
+            penalty = soft_overlong_penalty(config.max_completion_length, config.soft_overlong_cache)
+            rewards.append((penalty, config.soft_overlong_weight))
+        rewards.extend(extra_rewards)
+        trainer = GRPOTrainer(
+            model=model,
+            reward_funcs=[func for func, _ in rewards],
+            args=grpo_arguments(config, checkpoint_dir, [weight for _, weight in rewards]),
+            train_dataset=dataset,
+            processing_class=tokenizer,
+            peft_config=peft_config,
+            callbacks=[guard, *callbacks],
+        )
+        trainer.train(resume_from_checkpoint=str(resume) if resume else None)
+    state = trainer.state
+    kept = None
+    if guard.stopped_at is not None:
+        kept = best_checkpoint(checkpoint_dir, state.log_history, guard.streak_start)
+        if kept is None:
+            log.warning("collapse guard fired but no checkpoint precedes the collapse: keeping the final adapter")
+    result = TrainResult(
+        global_step=state.global_step,
+        resumed_from=None if resume is None else str(resume),
+        stopped_by_guard=guard.stopped_at is not None,
+        kept_checkpoint=None if kept is None else str(kept),
+        dataset=dataset_counts,
+    )
+    if trainer.is_world_process_zero():
+        _write_adapter(trainer, output, kept, config, result, guard)
+        write_table(metrics_rows(state.log_history), metrics_path, TRAINING_METRICS_SCHEMA)
+    return result
+
+
+def _write_adapter(trainer: Any, output: Path, kept: Path | None, config: TrainConfig, result: TrainResult,
+                   guard: Any) -> None:
+    """Write the adapter into a hidden sibling, then swap it into place (never half-written)."""
+    output.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{output.name}.", suffix=".tmp", dir=output.parent))
+    try:
+        if kept is None:
+            trainer.save_model(str(staging))
+        else:
+            for entry in kept.iterdir():
+                if entry.is_file() and (entry.name.startswith("adapter_") or entry.suffix in (".json", ".jinja")):
+                    if entry.name not in ("trainer_state.json", "rng_state.pth", FINGERPRINT_FILE):
+                        shutil.copy2(entry, staging / entry.name)
+        summary = {
+            **dataclasses.asdict(result),
+            "collapse_reasons": guard.reasons if result.stopped_by_guard else [],
+            "config": config.model_dump(mode="json"),
+        }
+        (staging / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n")
+        if output.exists():
+            old = output.with_name(f".{output.name}.old-{os.getpid()}")
+            os.rename(output, old)
+            os.rename(staging, output)
+            shutil.rmtree(old)
+        else:
+            os.rename(staging, output)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    log.info("adapter written to %s (step %d%s)", output, result.global_step,
+             f", kept {result.kept_checkpoint}" if result.kept_checkpoint else "")

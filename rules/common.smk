@@ -1,0 +1,61 @@
+# Config validation, path helpers and config slices shared by the rule files.
+import json
+import shlex
+
+from snakemake.utils import validate
+
+from arc_pipeline.config_check import check_config
+
+validate(config, schema="../workflow/schemas/config.schema.yaml")
+check_config(config)  # every stage's own model: a bad field fails here, before any job starts
+
+wildcard_constraints:
+    part=r"\d+",
+    shard=r"\d+",
+    run=r"[A-Za-z0-9_-]+",
+    refiner=r"[A-Za-z0-9_-]+",
+
+
+RESULTS = config["results_dir"]
+PARTS = list(range(1, config["barc"]["split"]["n_parts"] + 1))
+SHARDS = list(range(config["inference"]["shards"]))
+
+
+def result(path):
+    return f"{RESULTS}/{path}"
+
+
+def log_path(path):
+    return f"{RESULTS}/logs/{path}.log"
+
+
+def config_slice(*keys):
+    """The JSON of one config section, shell-quoted. Rules pass it in params:, so a change of this
+    section (and only this section) reruns the rule."""
+    value = config
+    for key in keys:
+        value = value[key]
+    return shlex.quote(json.dumps(value, sort_keys=True))
+
+
+def merged_slice(*sections):
+    """Several sections merged into one JSON object (for stages configured by more than one)."""
+    merged = {}
+    for keys in sections:
+        value = config
+        for key in keys:
+            value = value[key]
+        merged.update(value)
+    return shlex.quote(json.dumps(merged, sort_keys=True))
+
+
+def gpu_resources():
+    return {k: v for k, v in config["cluster"]["gpu"].items() if k != "threads"}
+
+
+def all_targets():
+    return [
+        *expand(result("execute/barc/part{part}.metrics.md"), part=PARTS),
+        result("train/adapter"),
+        result("evaluate/report/runs.md"),
+    ]

@@ -1,0 +1,122 @@
+# ARC evaluation: n_eval independent predictions (baseline) vs the first half of them plus
+# refinements of their wrong answers by the base model, the trained adapter and any extra adapters.
+import json
+
+REFINERS = ["base", "rl", *config["evaluation"]["extra_adapters"]]
+
+
+def eval_inference_slice(n_predictions):
+    merged = dict(config["inference"], n_predictions=n_predictions)
+    return shlex.quote(json.dumps(merged, sort_keys=True))
+
+
+def refiner_adapter(wildcards):
+    if wildcards.refiner == "base":
+        return []
+    if wildcards.refiner == "rl":
+        return rules.train.output.adapter
+    return config["evaluation"]["extra_adapters"][wildcards.refiner]
+
+
+rule evaluate_baseline_inference:
+    input:
+        tasks=rules.arc_tasks.output,
+        model=rules.model.output,
+    output:
+        result("evaluate/baseline/predictions.parquet"),
+    params:
+        cfg=eval_inference_slice(config["evaluation"]["n_eval"]),
+    threads: config["cluster"]["gpu"]["threads"]
+    resources:
+        **gpu_resources(),
+    log:
+        log_path("evaluate/baseline/inference"),
+    shell:
+        "arc-pipeline --log-file {log} inference --tasks {input.tasks} --model {input.model}"
+        " --output {output} --config-json {params.cfg}"
+
+
+rule evaluate_refine_prompts:
+    input:
+        tasks=rules.arc_tasks.output,
+        predictions=rules.evaluate_baseline_inference.output,
+        executions=result("evaluate/baseline/executions.parquet"),
+        model=rules.model.output,
+    output:
+        result("evaluate/refine_prompts.parquet"),
+    params:
+        cfg=merged_slice(["evaluation"], ["refinement"]),
+        first_half=config["evaluation"]["n_eval"] // 2,
+    log:
+        log_path("evaluate/refine_prompts"),
+    shell:
+        "arc-pipeline --log-file {log} refine-prompts --tasks {input.tasks} --predictions {input.predictions}"
+        " --executions {input.executions} --model {input.model} --first-predictions {params.first_half}"
+        " --output {output} --config-json {params.cfg}"
+
+
+rule evaluate_refinement_inference:
+    input:
+        refinements=rules.evaluate_refine_prompts.output,
+        model=rules.model.output,
+        adapter=refiner_adapter,
+    output:
+        result("evaluate/refine_{refiner}/predictions.parquet"),
+    params:
+        cfg=config_slice("inference"),
+        adapter=lambda wildcards, input: f"--adapter {input.adapter}" if input.adapter else "",
+    threads: config["cluster"]["gpu"]["threads"]
+    resources:
+        **gpu_resources(),
+    log:
+        log_path("evaluate/refine_{refiner}/inference"),
+    shell:
+        "arc-pipeline --log-file {log} inference --refinements {input.refinements} --model {input.model}"
+        " {params.adapter} --output {output} --config-json {params.cfg}"
+
+
+rule evaluate_execute:
+    input:
+        predictions=result("evaluate/{run}/predictions.parquet"),
+        tasks=rules.arc_tasks.output,
+    output:
+        executions=result("evaluate/{run}/executions.parquet"),
+        metrics=result("evaluate/{run}/metrics.parquet"),
+        metrics_md=result("evaluate/{run}/metrics.md"),
+        errors=result("evaluate/{run}/errors.parquet"),
+        errors_md=result("evaluate/{run}/errors.md"),
+    params:
+        cfg=config_slice("execution"),
+    threads: config["cluster"]["cpu"]["threads"]
+    log:
+        log_path("evaluate/{run}/execute"),
+    shell:
+        "arc-pipeline --log-file {log} execute --predictions {input.predictions} --tasks {input.tasks}"
+        " --executions {output.executions} --metrics {output.metrics} --metrics-md {output.metrics_md}"
+        " --errors {output.errors} --errors-md {output.errors_md} --config-json {params.cfg}"
+
+
+rule evaluate:
+    input:
+        tasks=rules.arc_tasks.output,
+        baseline_predictions=rules.evaluate_baseline_inference.output,
+        baseline=result("evaluate/baseline/executions.parquet"),
+        refinement_predictions=expand(result("evaluate/refine_{refiner}/predictions.parquet"), refiner=REFINERS),
+        refinements=expand(result("evaluate/refine_{refiner}/executions.parquet"), refiner=REFINERS),
+        training_metrics=rules.train.output.metrics,
+    output:
+        runs=report(result("evaluate/report/runs.md"), category="Evaluation", caption="../workflow/report/runs.rst"),
+        runs_parquet=result("evaluate/report/runs.parquet"),
+        submission=result("evaluate/report/submission.json"),
+    params:
+        cfg=config_slice("evaluation"),
+        refiners=" ".join(REFINERS),
+        outdir=result("evaluate/report"),
+    log:
+        log_path("evaluate/report"),
+    shell:
+        "arc-pipeline --log-file {log} evaluate --tasks {input.tasks}"
+        " --baseline-predictions {input.baseline_predictions} --baseline {input.baseline}"
+        " --refiners {params.refiners} --refinement-predictions {input.refinement_predictions}"
+        " --refinements {input.refinements} --training-metrics {input.training_metrics}"
+        " --output-dir {params.outdir} --config-json {params.cfg}"

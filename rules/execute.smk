@@ -1,0 +1,21 @@
+# Run every predicted program in the sandbox (CPU job), score it, write the metric and error tables.
+rule execute:
+    input:
+        predictions=rules.inference_gather.output,
+        tasks=result("barc_split/part{part}.parquet"),
+    output:
+        executions=result("execute/barc/part{part}.parquet"),
+        metrics=result("execute/barc/part{part}.metrics.parquet"),
+        metrics_md=report(result("execute/barc/part{part}.metrics.md"), category="BARC inference",
+                          caption="../workflow/report/barc_metrics.rst"),
+        errors=result("execute/barc/part{part}.errors.parquet"),
+        errors_md=result("execute/barc/part{part}.errors.md"),
+    params:
+        cfg=config_slice("execution"),
+    threads: config["cluster"]["cpu"]["threads"]
+    log:
+        log_path("execute/barc/part{part}"),
+    shell:
+        "arc-pipeline --log-file {log} execute --predictions {input.predictions} --tasks {input.tasks}"
+        " --executions {output.executions} --metrics {output.metrics} --metrics-md {output.metrics_md}"
+        " --errors {output.errors} --errors-md {output.errors_md} --config-json {params.cfg}"

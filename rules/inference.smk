@@ -1,0 +1,44 @@
+# BARC parts -> K shards -> one GPU job each -> gathered predictions per part.
+
+
+rule inference_shard_tasks:
+    input:
+        result("barc_split/part{part}.parquet"),
+    output:
+        temp(result("inference/barc/part{part}/shard{shard}.tasks.parquet")),
+    params:
+        n_shards=config["inference"]["shards"],
+    log:
+        log_path("inference/barc/part{part}/shard{shard}.tasks"),
+    shell:
+        "arc-pipeline --log-file {log} shard --tasks {input} --index {wildcards.shard}"
+        " --count {params.n_shards} --output {output}"
+
+
+rule inference:
+    input:
+        tasks=rules.inference_shard_tasks.output,
+        model=rules.model.output,
+    output:
+        result("inference/barc/part{part}/shard{shard}.parquet"),
+    params:
+        cfg=config_slice("inference"),
+    threads: config["cluster"]["gpu"]["threads"]
+    resources:
+        **gpu_resources(),
+    log:
+        log_path("inference/barc/part{part}/shard{shard}"),
+    shell:
+        "arc-pipeline --log-file {log} inference --tasks {input.tasks} --model {input.model}"
+        " --output {output} --config-json {params.cfg}"
+
+
+rule inference_gather:
+    input:
+        expand(result("inference/barc/part{{part}}/shard{shard}.parquet"), shard=SHARDS),
+    output:
+        result("inference/barc/part{part}.parquet"),
+    log:
+        log_path("inference/barc/part{part}.gather"),
+    shell:
+        "arc-pipeline --log-file {log} gather --schema predictions --inputs {input} --output {output}"

@@ -1,0 +1,13 @@
+# The base model folder: a tiny Llama built here (embedded default), the hub model, or a local path.
+rule model:
+    input:
+        # the tiny model's tokenizer is trained on the bundled prompts' text
+        rules.barc_tasks.output.tasks,
+    output:
+        directory(result("model/base")),
+    params:
+        cfg=config_slice("model"),
+    log:
+        log_path("model"),
+    shell:
+        "arc-pipeline --log-file {log} model --tasks {input} --output {output} --config-json {params.cfg}"

@@ -1,0 +1,21 @@
+# GRPO on the refinement dataset (one GPU). A rerun after a kill resumes from the last checkpoint
+# kept in the checkpoints folder, which is deliberately not an output (Snakemake would delete it).
+rule train:
+    input:
+        dataset=rules.refine_dataset.output,
+        model=rules.model.output,
+    output:
+        adapter=directory(result("train/adapter")),
+        metrics=result("train/metrics.parquet"),
+    params:
+        cfg=config_slice("training"),
+        checkpoints=result("train/checkpoints"),
+    threads: config["cluster"]["gpu"]["threads"]
+    resources:
+        **gpu_resources(),
+    log:
+        log_path("train"),
+    shell:
+        "arc-pipeline --log-file {log} train --dataset {input.dataset} --model {input.model}"
+        " --checkpoints {params.checkpoints} --output {output.adapter} --metrics {output.metrics}"
+        " --config-json {params.cfg}"

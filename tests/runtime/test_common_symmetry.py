@@ -1,0 +1,142 @@
+"""Symmetry classes, detectors and orbit (spec section 4)."""
+
+import numpy as np
+import pytest
+
+from arc_pipeline.runtime.common import (
+    MirrorSymmetry, Symmetry, TranslationalSymmetry, detect_mirror_symmetry,
+    detect_rotational_symmetry, detect_translational_symmetry, orbit,
+)
+
+
+def diamond():
+    g = np.zeros((5, 5), dtype=int)
+    for x, y in [(1, 1), (3, 1), (1, 3), (3, 3)]:
+        g[x, y] = 2
+    g[2, 2] = 4
+    return g
+
+
+def test_symmetry_base_and_mirror_not_subclass():
+    assert Symmetry().apply(1, 2) is None
+    assert not isinstance(MirrorSymmetry(1, None), Symmetry)
+    assert isinstance(TranslationalSymmetry(1, 0), Symmetry)
+    with pytest.raises(AttributeError):
+        orbit(np.zeros((3, 3)), 0, 0, [Symmetry()])
+
+
+def test_mirror_detection_returns_all_three():
+    found = detect_mirror_symmetry(diamond())
+    assert [repr(s) for s in found] == [
+        "MirrorSymmetry(mirror_x=2, mirror_y=None)",
+        "MirrorSymmetry(mirror_x=None, mirror_y=2)",
+        "MirrorSymmetry(mirror_x=2, mirror_y=2)",
+    ]
+    assert str(found[0]) == repr(found[0])
+    assert type(found[0].mirror_x) is int
+
+
+def test_rotational_detection_and_apply():
+    rot = detect_rotational_symmetry(diamond())
+    assert type(rot).__name__ == "RotationalSymmetry"
+    assert isinstance(rot, Symmetry)
+    assert (rot.center_x, rot.center_y) == (2, 2)
+    assert rot.apply(1, 2) == (2, 3)
+    assert rot.apply(1, 2, 2) == (3, 2)
+    assert rot.apply(1, 2, iters=4) == (1, 2)
+    assert rot.apply(1, 2, 0) == (1, 2)
+    assert rot.apply(1, 2, -1) == (1, 2)  # quirk: negative iters do nothing
+    assert set(orbit(diamond(), 1, 2, [rot])) == {(1, 2), (2, 1), (2, 3), (3, 2)}
+
+
+def test_rotational_plus_shape_and_half_centre():
+    plus = np.array([[0, 1, 0], [1, 1, 1], [0, 1, 0]])
+    rot = detect_rotational_symmetry(plus)
+    assert (rot.center_x, rot.center_y) == (1, 1)
+    assert rot.apply(0, 1) == (1, 2)
+    assert rot.apply(1, 0) == (0, 1)
+    square = np.zeros((4, 4), dtype=int)
+    square[1:3, 1:3] = 6
+    rot = detect_rotational_symmetry(square)
+    assert (rot.center_x, rot.center_y) == (1.5, 1.5)
+    point = rot.apply(1, 1)
+    assert point == (1, 2) and all(type(v) is int for v in point)
+
+
+def test_mirror_apply():
+    m = MirrorSymmetry(2, None)
+    assert m.apply(0, 1) == (4, 1)
+    assert m.apply(0, 1, iters=2) == (0, 1)
+    assert m.apply(0, 1, iters=-1) == (4, 1)
+    half = MirrorSymmetry(1.5, None).apply(0, 1)
+    assert half == (3, 1) and all(type(v) is int for v in half)
+    assert MirrorSymmetry(None, None).apply(1.0, 2) == (1, 2)
+    assert type(MirrorSymmetry(None, None).apply(1.0, 2, iters=2)[0]) is float
+    assert MirrorSymmetry(1, 1).apply(0, 0) == (2, 2)
+    xs, ys = MirrorSymmetry(0.5, None).apply(np.array([0, 1]), np.array([0, 0]))
+    assert xs.tolist() == [1, 0] and np.issubdtype(xs.dtype, np.integer)
+
+
+def test_translational_detection_prefers_negative_shifts():
+    g = np.zeros((8, 3), dtype=int)
+    for x in range(8):
+        g[x, :] = [1, 2, 3][x % 3]
+    assert [repr(s) for s in detect_translational_symmetry(g)] == [
+        "TranslationalSymmetry(translate_x=-3, translate_y=0)",
+        "TranslationalSymmetry(translate_x=0, translate_y=-1)",
+    ]
+
+
+def test_translational_tiling_and_orbit():
+    g = np.tile(np.array([[1, 2], [3, 4]]), (3, 3))
+    found = detect_translational_symmetry(g)
+    assert [(s.translate_x, s.translate_y) for s in found] == [(-2, 0), (0, -2)]
+    assert set(orbit(g, 0, 0, found)) == {(x, y) for x in (0, 2, 4) for y in (0, 2, 4)}
+    assert len(orbit(g, 0, 0, found)) == 9
+
+
+def test_translational_diagonal_only_when_no_axis_shift():
+    g = np.zeros((6, 6), dtype=int)
+    for i in range(6):
+        g[i, i] = 3
+    found = detect_translational_symmetry(g)
+    assert [(s.translate_x, s.translate_y) for s in found] == [(1, 1)]
+
+
+def test_empty_grid_detectors():
+    z = np.zeros((3, 3), dtype=int)
+    assert detect_rotational_symmetry(z) is None
+    assert detect_mirror_symmetry(z) == []
+    assert detect_translational_symmetry(z) == []
+
+
+def test_translational_apply_and_iter_range():
+    t = TranslationalSymmetry(2, 0)
+    assert t._iter_range((5, 5)) == (-3, 4)
+    assert TranslationalSymmetry(0, 0)._iter_range((5, 5)) == (0, 1)
+    assert set(orbit(np.zeros((5, 5)), 1, 1, [t])) == {(1, 1), (3, 1)}
+    assert t.apply(1.0, 2) == (3, 2)
+    assert type(t.apply(1.0, 2)[0]) is int
+    assert TranslationalSymmetry(0.5, 0).apply(1, 1) == (2, 1)
+    assert t.apply(1, 1, iters=-2) == (-3, 1)
+    assert repr(t) == "TranslationalSymmetry(translate_x=2, translate_y=0)"
+
+
+def test_orbit_drops_combinations_leaving_the_grid():
+    grid = np.zeros((4, 4))
+    # shifting (1, 0) by 3 leaves the grid; the mirror would bring it back to (3, 0), but the
+    # combination is dropped as soon as the intermediate point is off-grid
+    shift = TranslationalSymmetry(3, 0)
+    mirror = MirrorSymmetry(3.5, None)
+    assert orbit(grid, 1, 0, [shift, mirror]) == [(1, 0)]
+    assert orbit(grid, 9, 9, []) == [(9, 9)]
+
+
+def test_detectors_honour_ignore_colors_and_background():
+    g = np.array([[7, 1, 1, 7], [7, 7, 7, 7]])
+    found = detect_mirror_symmetry(g)
+    assert [(s.mirror_x, s.mirror_y) for s in found] == [(None, 1.5)]
+    found = detect_mirror_symmetry(g, ignore_colors=[7])
+    assert [(s.mirror_x, s.mirror_y) for s in found] == [(0, None), (None, 1.5)]
+    found = detect_mirror_symmetry(g, ignore_colors=[], background=7)
+    assert [(s.mirror_x, s.mirror_y) for s in found] == [(0, None), (None, 1.5)]

