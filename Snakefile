@@ -1,11 +1,13 @@
 # arc-pipeline: BARC data -> inference -> execution -> refinement dataset -> GRPO -> evaluation.
 # Run: snakemake --profile profiles/local (embedded default) or snakemake --profile condor.
+import os
+
 from snakemake.utils import min_version
 
 min_version("9.0")
 
 
-configfile: "config/config.yaml"
+configfile: os.path.join(workflow.basedir, "config", "config.yaml")
 
 
 include: "rules/common.smk"

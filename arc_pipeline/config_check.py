@@ -20,6 +20,7 @@ SECTION_MODELS: dict[tuple[str, ...], str] = {
     ("barc", "tasks"): "arc_pipeline.stages.barc_tasks:BarcTasksConfig",
     ("barc", "split"): "arc_pipeline.stages.barc_split:BarcSplitConfig",
     ("arc",): "arc_pipeline.stages.arc_tasks:ArcTasksConfig",
+    ("model",): "arc_pipeline.stages.model:ModelStageConfig",
 }
 
 

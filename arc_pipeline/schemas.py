@@ -185,3 +185,52 @@ SUBMISSION_SCORES_SCHEMA = pa.schema(
         pa.field("score", pa.float64(), nullable=False),
     ]
 )
+
+# --- evaluation stage (arc_pipeline.stages.evaluate; pipeline-facts sections 6 and 11) ----------
+# A run is a set of predictions per evaluation task: "baseline" (n_eval first-turn predictions) or
+# "refine_<refiner>" (the first n_eval/2 of them plus that refiner's refinements). `run` is the
+# run's id, `model` its label in the tables ("base", "base refines", "RL-refiner", ...).
+RUN_LABEL_FIELDS = [
+    pa.field("run", pa.string(), nullable=False),
+    pa.field("initial", pa.int64(), nullable=False),  # first-turn predictions per task (the most any task has)
+    pa.field("refinement", pa.int64(), nullable=False),  # refinement predictions per task (the most)
+    pa.field("model", pa.string(), nullable=False),
+]
+
+# One row per run: its labels, then the MEAN over tasks of every metric (n_preds left out).
+RUNS_SCHEMA = pa.schema(
+    RUN_LABEL_FIELDS
+    + [pa.field(name, pa.float64(), nullable=True) for name in TASK_METRIC_COLUMNS if name != "n_preds"]
+)
+
+# Every run's per-task metric table (METRICS_SCHEMA rows, MEAN rows included) with its run id.
+RUN_TASK_METRICS_SCHEMA = pa.schema([pa.field("run", pa.string(), nullable=False), *METRICS_SCHEMA])
+
+# pass@k curve of every run: mean unbiased pass@k over tasks, k = 1..(most predictions of a task).
+RUN_PASS_AT_K_SCHEMA = pa.schema(
+    [pa.field("run", pa.string(), nullable=False), pa.field("model", pa.string(), nullable=False), *PASS_AT_K_SCHEMA]
+)
+
+# Kaggle-style score of every run (two attempts per test input by voting); score null when some
+# task's test solutions are unknown. `best` marks the run whose submission.json was written.
+RUN_KAGGLE_SCHEMA = pa.schema(
+    RUN_LABEL_FIELDS
+    + [
+        pa.field("tasks", pa.int64(), nullable=False),
+        pa.field("test_inputs", pa.int64(), nullable=False),
+        pa.field("correct", pa.int64(), nullable=True),  # test inputs with an exactly right attempt
+        pa.field("score", pa.float64(), nullable=True),  # mean over tasks of the share of right inputs
+        pa.field("best", pa.bool_(), nullable=False),
+    ]
+)
+
+# Error analysis of every run, long format: the MEAN over tasks of the share of predictions with
+# each error type (ALWAYS_ERROR_TYPES always present, zero or not).
+RUN_ERRORS_SCHEMA = pa.schema(
+    [
+        pa.field("run", pa.string(), nullable=False),
+        pa.field("model", pa.string(), nullable=False),
+        pa.field("error_type", pa.string(), nullable=False),
+        pa.field("share", pa.float64(), nullable=False),
+    ]
+)

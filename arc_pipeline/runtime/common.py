@@ -115,6 +115,32 @@ def _label(grid, foreground, connectivity, same_value):
     return label_array, count
 
 
+def _reach(mask, x, y, connectivity):
+    """Cells of `mask` connected to (x, y) (which must be in `mask`), as a boolean array."""
+    n, m = mask.shape
+    width = m + 2
+    padded = np.zeros((n + 2, m + 2), dtype=bool)
+    padded[1:-1, 1:-1] = mask
+    free = padded.ravel().tolist()
+    offsets = _OFFSETS4 if connectivity == 4 else _OFFSETS8
+    flat_offsets = [dx * width + dy for dx, dy in offsets]
+    start = (x + 1) * width + (y + 1)
+    free[start] = False
+    found = [start]
+    stack = [start]
+    while stack:
+        p = stack.pop()
+        for o in flat_offsets:
+            q = p + o
+            if free[q]:
+                free[q] = False
+                found.append(q)
+                stack.append(q)
+    region = np.zeros((n + 2) * (m + 2), dtype=bool)
+    region[found] = True
+    return region.reshape(n + 2, m + 2)[1:-1, 1:-1]
+
+
 def _dilate(mask, connectivity):
     """One step of binary dilation; cells outside the array count as empty."""
     out = mask.copy()
@@ -145,9 +171,15 @@ def flood_fill(grid, x, y, color, connectivity=4):
     if old == color:
         return None
     n, m = grid.shape
+    if isinstance(x, (int, np.integer)) and isinstance(y, (int, np.integer)) \
+            and 0 <= x < n and 0 <= y < m:
+        region = _reach(grid == old, int(x), int(y), connectivity)
+        grid[region] = color
+        return None
+    # Odd starts (negative indices): BARC's recursion, done iteratively. A position is painted
+    # when it still holds `old`; neighbours are bounds-checked against 0..n-1 while the start
+    # itself is read and written with numpy's wrap-around.
     offsets = _OFFSETS4 if connectivity == 4 else _OFFSETS8
-    # Iterative version of BARC's recursion: a position is painted when it still holds `old`;
-    # neighbours are bounds-checked against 0..n-1 (a negative start is read with wrap-around).
     stack = [(x, y)]
     while stack:
         px, py = stack.pop()
@@ -210,13 +242,11 @@ def find_connected_components(grid, background=Color.BLACK, connectivity=4, mono
             ordered.extend(sorted(label_ids[first_value == color].tolist()))
     else:
         ordered = range(1, count + 1)
-    components = []
-    for k in ordered:
-        component = np.full(grid.shape, background, dtype=dtype)
-        mask = labels == k
-        component[mask] = grid[mask]
-        components.append(component)
-    return components
+    ordered = np.asarray(list(ordered), dtype=np.int32)
+    # one (k, n, m) block built at once; each component is an independent slice of it
+    members = labels[None, :, :] == ordered[:, None, None]
+    block = np.where(members, grid[None, :, :], np.asarray(background)).astype(dtype, copy=False)
+    return list(block)
 
 
 def _resolve_overlaps(objects, background):
@@ -228,11 +258,10 @@ def _resolve_overlaps(objects, background):
     objects = sorted(objects, key=key, reverse=True)
     masks = [obj != background for obj in objects]
     count = len(objects)
-    overlapping = [False] * count
-    for i in range(count):
-        for j in range(i + 1, count):
-            if np.any(masks[i] & masks[j]):
-                overlapping[i] = overlapping[j] = True
+    # an object overlaps another iff one of its cells is covered by two or more objects
+    stacked = np.array(masks).reshape(count, -1)
+    crowded = stacked.sum(axis=0) > 1
+    overlapping = (stacked & crowded[None, :]).any(axis=1).tolist()
     kept = [objects[i] for i in range(count) if not overlapping[i]]
     rest = [i for i in range(count) if overlapping[i]]
     if not rest:
@@ -260,6 +289,7 @@ def _resolve_overlaps(objects, background):
 def detect_objects(grid, _=None, predicate=None, background=Color.BLACK, monochromatic=False,
                    connectivity=None, allowed_dimensions=None, colors=None, can_overlap=False):
     """Objects from connected components and/or fixed-size windows, with filters (spec 3.4)."""
+    grid = np.asarray(grid)
     objects = []
     if connectivity:
         objects = find_connected_components(grid, background, connectivity, monochromatic)
@@ -672,23 +702,77 @@ def _score_symmetry(grid, symmetry, ignore_colors, background=None):
     return preserved, off, conflicts
 
 
+class _Scorer:
+    """Scores many candidate symmetries at once (same counts as `_score_symmetry`).
+
+    The candidates the detectors try (integer or half-integer axes and centres) map every cell
+    to an exact integer cell, so their images can be computed directly as integer arrays of
+    shape (candidates, occupied cells) instead of calling `apply` once per candidate.
+    """
+
+    _CHUNK = 128
+
+    def __init__(self, grid, ignore_colors, background):
+        self.grid = np.asarray(grid)
+        self.n, self.m = self.grid.shape
+        self.ignored = np.isin(self.grid, list(ignore_colors))
+        occupied = ~self.ignored
+        if background is not None:
+            occupied &= self.grid != background
+        self.xs, self.ys = np.nonzero(occupied)
+        self.values = self.grid[self.xs, self.ys]
+
+    def score(self, image):
+        """`image(xs, ys, rows)` gives images for candidate rows; returns P, O, C arrays."""
+        preserved, off, conflicts = [], [], []
+        for rows in image.chunks(self._CHUNK):
+            tx, ty = image(self.xs[None, :], self.ys[None, :], rows)
+            inside = (tx >= 0) & (tx < self.n) & (ty >= 0) & (ty < self.m)
+            tx = np.where(inside, tx, 0)
+            ty = np.where(inside, ty, 0)
+            b = self.grid[tx, ty]
+            same = b == self.values[None, :]
+            preserved.append(np.sum(same & inside, axis=1))
+            off.append(np.sum(~inside, axis=1))
+            conflicts.append(np.sum(~same & inside & ~self.ignored[tx, ty], axis=1))
+        if not preserved:
+            empty = np.zeros(0, dtype=np.int64)
+            return empty, empty, empty
+        return np.concatenate(preserved), np.concatenate(off), np.concatenate(conflicts)
+
+
+class _Images:
+    """Candidate parameters as columns plus a vectorised image function."""
+
+    def __init__(self, params, function):
+        self.params = np.asarray(params, dtype=np.int64).reshape(-1, 3)
+        self.function = function
+
+    def chunks(self, size):
+        for start in range(0, len(self.params), size):
+            yield self.params[start:start + size]
+
+    def __call__(self, xs, ys, rows):
+        a, b, c = (rows[:, i:i + 1] for i in range(3))
+        return self.function(xs, ys, a, b, c)
+
+
 def detect_translational_symmetry(grid, ignore_colors=[Color.BLACK], background=None):
     """Best x and y translations (or one diagonal) that map the pattern onto itself."""
     n, m = grid.shape
+    scorer = _Scorer(grid, ignore_colors, background)
+    shift = _Images  # params: (dx, dy, unused)
 
-    def kept(candidates):
-        out = []
-        for candidate in candidates:
-            p, o, c = _score_symmetry(grid, candidate, ignore_colors, background)
-            score = p - 0.01 * o - 100000 * c
-            if score > 0:
-                out.append((score, candidate))
-        return out
+    def kept(params):
+        images = shift(params, lambda xs, ys, dx, dy, _: (xs + dx, ys + dy))
+        p, o, c = scorer.score(images)
+        scores = p - 0.01 * o - 100000 * c
+        return [(float(score), TranslationalSymmetry(int(dx), int(dy)))
+                for score, (dx, dy, _) in zip(scores.tolist(), images.params.tolist())
+                if score > 0]
 
-    xs = kept([TranslationalSymmetry(k, 0) for k in range(1, n)]
-              + [TranslationalSymmetry(-k, 0) for k in range(1, n)])
-    ys = kept([TranslationalSymmetry(0, k) for k in range(1, m)]
-              + [TranslationalSymmetry(0, -k) for k in range(1, m)])
+    xs = kept([(k, 0, 0) for k in range(1, n)] + [(-k, 0, 0) for k in range(1, n)])
+    ys = kept([(0, k, 0) for k in range(1, m)] + [(0, -k, 0) for k in range(1, m)])
     result = []
     if xs:
         result.append(max(xs, key=lambda sc: (sc[0], -sc[1].translate_x))[1])
@@ -696,7 +780,7 @@ def detect_translational_symmetry(grid, ignore_colors=[Color.BLACK], background=
         result.append(max(ys, key=lambda sc: (sc[0], -sc[1].translate_y))[1])
     if result:
         return result
-    diagonal = kept([TranslationalSymmetry(kx, ky) for kx in range(1, n) for ky in range(1, m)])
+    diagonal = kept([(kx, ky, 0) for kx in range(1, n) for ky in range(1, m)])
     if diagonal:
         best = max(diagonal, key=lambda sc: (sc[0], -(sc[1].translate_x + sc[1].translate_y)))
         return [best[1]]
@@ -706,36 +790,54 @@ def detect_translational_symmetry(grid, ignore_colors=[Color.BLACK], background=
 def detect_mirror_symmetry(grid, ignore_colors=[Color.BLACK], background=None):
     """All best-scoring mirror symmetries (spec 4.8)."""
     n, m = grid.shape
-    candidates = [MirrorSymmetry(xc + z, None) for xc in range(n) for z in (0, 0.5)]
-    candidates += [MirrorSymmetry(None, yc + z) for yc in range(m) for z in (0, 0.5)]
-    candidates += [MirrorSymmetry(xc + z, yc + z) for xc in range(n) for yc in range(m)
-                   for z in (0, 0.5)]
+    # params: (2 * mirror_x or -1 for None, 2 * mirror_y or -1 for None, unused)
+    params = [(2 * xc + h, -1, 0) for xc in range(n) for h in (0, 1)]
+    params += [(-1, 2 * yc + h, 0) for yc in range(m) for h in (0, 1)]
+    params += [(2 * xc + h, 2 * yc + h, 0) for xc in range(n) for yc in range(m) for h in (0, 1)]
+
+    def reflect(xs, ys, twice_x, twice_y, _):
+        return (np.where(twice_x >= 0, twice_x - xs, xs),
+                np.where(twice_y >= 0, twice_y - ys, ys))
+
+    p, o, c = _Scorer(grid, ignore_colors, background).score(_Images(params, reflect))
+    scores = p - 0.01 * o - 10000 * c
+
+    def axis(twice):
+        if twice < 0:
+            return None
+        return twice // 2 if twice % 2 == 0 else twice / 2
+
     best_score, best = 0, []
-    for candidate in candidates:
-        p, o, c = _score_symmetry(grid, candidate, ignore_colors, background)
-        if c > 0 or p == 0:
+    for (twice_x, twice_y, _), pk, ck, score in zip(params, p.tolist(), c.tolist(),
+                                                    scores.tolist()):
+        if ck > 0 or pk == 0:
             continue
-        score = p - 0.01 * o - 10000 * c
         if score > best_score:
-            best_score, best = score, [candidate]
+            best_score, best = score, [MirrorSymmetry(axis(twice_x), axis(twice_y))]
         elif score == best_score:
-            best.append(candidate)
+            best.append(MirrorSymmetry(axis(twice_x), axis(twice_y)))
     return best
 
 
 def detect_rotational_symmetry(grid, ignore_colors=[Color.BLACK], background=None):
     """The best quarter-turn symmetry centre, or None (spec 4.9)."""
     n, m = grid.shape
-    best_score, best = 0, None
-    for xc in range(n):
-        for yc in range(m):
-            for z in (0, 0.5):
-                candidate = _RotationalSymmetry(xc + z, yc + z)
-                p, o, c = _score_symmetry(grid, candidate, ignore_colors, background)
-                score = p - 5 * o - 1000 * c
-                if score > best_score:
-                    best_score, best = score, candidate
-    return best
+    # params: (xc, yc, h) for the centre (xc + h/2, yc + h/2); one quarter turn maps
+    # (x, y) to (cx + y - cy, cy - x + cx) = (xc - yc + y, xc + yc + h - x)
+    params = [(xc, yc, h) for xc in range(n) for yc in range(m) for h in (0, 1)]
+
+    def rotate(xs, ys, xc, yc, h):
+        return xc - yc + ys, xc + yc + h - xs
+
+    p, o, c = _Scorer(grid, ignore_colors, background).score(_Images(params, rotate))
+    scores = p - 5 * o - 1000 * c
+    if scores.size == 0:
+        return None
+    index = int(np.argmax(scores))  # first maximum, like a strict '>' scan
+    if not scores[index] > 0:
+        return None
+    xc, yc, h = params[index]
+    return _RotationalSymmetry(xc + h * 0.5 if h else xc, yc + h * 0.5 if h else yc)
 
 
 # ---------------------------------------------------------------------------------------------

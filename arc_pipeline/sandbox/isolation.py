@@ -85,6 +85,7 @@ class Isolation:
     use_seccomp: bool = False
     switch_to_nobody: bool = False
     drop_capabilities: bool = False
+    seccomp_filter: seccomp.CompiledFilter | None = None
 
     def apply(self, keep_fd: int, devnull_fd: int, zygote_pid: int) -> None:
         """Confine the calling child process for good. Raises on any failure (fail closed)."""
@@ -124,7 +125,7 @@ class Isolation:
         os.closerange(3, keep_fd)
         os.closerange(keep_fd + 1, 2**31 - 1)
         if self.use_seccomp:
-            seccomp.install(_LIBC, os.getpid())
+            seccomp.install(_LIBC, os.getpid(), self.seccomp_filter)
 
 
 def _create_landlock_ruleset(roots: list[str]) -> tuple[int, int]:
@@ -207,5 +208,7 @@ def prepare(timeout_s: float, memory_mb: int) -> Isolation:
     if reason is None and not _kernel_has_seccomp():
         reason = "this kernel has no seccomp"
     iso.use_seccomp = reason is None
+    if iso.use_seccomp:
+        iso.seccomp_filter = seccomp.CompiledFilter()
     iso.mechanisms["seccomp"] = "allowlist filter, forbidden calls kill the process" if reason is None else f"off ({reason})"
     return iso

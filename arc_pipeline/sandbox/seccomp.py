@@ -200,15 +200,35 @@ def supported() -> str | None:
     return None
 
 
-def install(libc: ctypes.CDLL, pid: int) -> None:
+_PID_PLACEHOLDER = 0x7FFFFFFE  # no process has this pid (pid_max is at most 2**22)
+
+
+class CompiledFilter:
+    """The filter packed once in the worker; each child only writes its own pid into it."""
+
+    def __init__(self) -> None:
+        prog = build_filter(_PID_PLACEHOLDER)
+        self.length = len(prog)
+        self.raw = b"".join(struct.pack("=HBBI", *instruction) for instruction in prog)
+        self.pid_offsets = [8 * i + 4 for i, ins in enumerate(prog) if ins[0] == _JEQ and ins[3] == _PID_PLACEHOLDER]
+
+    def for_pid(self, pid: int) -> bytes:
+        raw = bytearray(self.raw)
+        packed = struct.pack("=I", pid)
+        for offset in self.pid_offsets:
+            raw[offset : offset + 4] = packed
+        return bytes(raw)
+
+
+def install(libc: ctypes.CDLL, pid: int, compiled: CompiledFilter | None = None) -> None:
     """Install the filter on the calling (single-threaded) process; raises OSError on failure."""
     prctl = libc.prctl
     prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
     prctl.restype = ctypes.c_int
-    prog = build_filter(pid)
-    raw = b"".join(struct.pack("=HBBI", *instruction) for instruction in prog)
+    compiled = compiled or CompiledFilter()
+    raw = compiled.for_pid(pid)
     buffer = ctypes.create_string_buffer(raw, len(raw))
-    fprog = _SockFprog(len(prog), ctypes.addressof(buffer))
+    fprog = _SockFprog(compiled.length, ctypes.addressof(buffer))
     if prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS) failed")
     if prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.addressof(fprog), 0, 0) != 0:

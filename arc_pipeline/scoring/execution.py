@@ -8,7 +8,7 @@ before they are fingerprinted and scored against the original task (pipeline-fac
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -17,15 +17,12 @@ import pyarrow as pa
 from arc_pipeline.domain.augmentation import Augmentation
 from arc_pipeline.domain.grids import Grid, GridError, as_grid, grids_to_lists
 from arc_pipeline.domain.tasks import Task
+from arc_pipeline.sandbox import ProgramResult, Sandbox
+from arc_pipeline.sandbox.program import extract_code
+from arc_pipeline.sandbox.types import INVALID_OUTPUT, PARSING_CODE_FAILED
 from arc_pipeline.schemas import EXECUTIONS_SCHEMA
 from arc_pipeline.scoring.fingerprint import fingerprint
 from arc_pipeline.scoring.scores import empty_row, partition_scores
-
-if TYPE_CHECKING:
-    from arc_pipeline.sandbox import ProgramResult, Sandbox
-
-PARSING_CODE_FAILED = "ParsingCodeFailed"
-INVALID_OUTPUT = "InvalidOutput"
 
 # columns of a predictions frame this module reads
 NEEDED_COLUMNS = ("prediction_id", "task_id", "turn", "text", "hflip", "rot90_k", "color_map")
@@ -68,7 +65,7 @@ def _undo_outputs(outputs: Sequence[Any], augmentation: Augmentation) -> list[Gr
 
 
 def execution_row(base: dict[str, Any], task: Task, augmentation: Augmentation,
-                  result: "ProgramResult") -> dict[str, Any]:
+                  result: ProgramResult) -> dict[str, Any]:
     """One EXECUTIONS_SCHEMA row from a sandbox result (outputs still augmented)."""
     if result.error_type is not None or result.outputs is None:
         return _failed_row(base, True, result.error_type or INVALID_OUTPUT, result.error_message,
@@ -105,7 +102,7 @@ def executions_frame(rows: list[dict[str, Any]]) -> pl.DataFrame:
 def execute_predictions(
     predictions: pl.DataFrame,
     tasks: Mapping[str, Task],
-    sandbox: "Sandbox",
+    sandbox: Sandbox,
     progress: bool = True,
 ) -> pl.DataFrame:
     """Run every prediction's program (one sandbox job each) and score it: an EXECUTIONS_SCHEMA frame.
@@ -113,8 +110,6 @@ def execute_predictions(
     Rows keep the predictions' order, ``prediction_id``, ``task_id`` and ``turn``. Completions
     without a ```` ```python ```` block get ``ParsingCodeFailed`` and ``has_code`` False.
     """
-    from arc_pipeline.sandbox.program import extract_code
-
     check_predictions(predictions, tasks)
     inputs_cache: dict[tuple, list[Grid]] = {}
     rows: list[dict[str, Any] | None] = []
@@ -125,7 +120,7 @@ def execute_predictions(
         code = extract_code(row["text"])
         if code is None:
             rows.append(_failed_row(base, False, PARSING_CODE_FAILED,
-                                    "no ```python code block in the completion", 0.0))
+                                    "no fenced python code block in the completion", 0.0))
             continue
         task = tasks[row["task_id"]]
         augmentation = Augmentation.from_row(row)

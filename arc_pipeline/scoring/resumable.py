@@ -17,13 +17,13 @@ import tempfile
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 import polars as pl
 import pyarrow.parquet as pq
 
 from arc_pipeline.domain.tasks import Task
 from arc_pipeline.io import read_table, write_table
+from arc_pipeline.sandbox import Sandbox, SandboxConfig
 from arc_pipeline.schemas import EXECUTIONS_SCHEMA
 from arc_pipeline.scoring.execution import NEEDED_COLUMNS, check_predictions, execute_predictions
 from arc_pipeline.scoring.fingerprint import fingerprint
@@ -54,9 +54,9 @@ def chunk_digest(chunk: pl.DataFrame, tasks: Mapping[str, Task], limits: str,
     return digest.hexdigest()[:16]
 
 
-def _limits(sandbox_config: Any) -> str:
+def _limits(sandbox_config: SandboxConfig) -> str:
     """The sandbox settings that change results (not the number of workers)."""
-    return repr((getattr(sandbox_config, "timeout_s", None), getattr(sandbox_config, "memory_mb", None)))
+    return repr((sandbox_config.timeout_s, sandbox_config.memory_mb))
 
 
 def _stream_concat(chunk_paths: list[Path], output: Path) -> int:
@@ -81,15 +81,13 @@ def _stream_concat(chunk_paths: list[Path], output: Path) -> int:
 def execute_resumable(
     predictions: pl.DataFrame,
     tasks: Mapping[str, Task],
-    sandbox_config: Any,
+    sandbox_config: SandboxConfig,
     output: str | os.PathLike,
     chunk_size: int = 2000,
     progress: bool = True,
     source: str = "predictions",
 ) -> Path:
     """Execute ``predictions`` chunk by chunk into the EXECUTIONS_SCHEMA parquet ``output``."""
-    from arc_pipeline.sandbox import Sandbox
-
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be positive, got {chunk_size}")
     check_predictions(predictions, tasks, source)

@@ -20,6 +20,7 @@ from pydantic import BaseModel, Field, PositiveFloat, PositiveInt
 
 from arc_pipeline.config_args import add_config_argument, parse_config
 from arc_pipeline.io import InputFileError, read_frame, write_table
+from arc_pipeline.sandbox import SandboxConfig
 from arc_pipeline.schemas import METRICS_SCHEMA, PREDICTIONS_SCHEMA, TASKS_SCHEMA, errors_schema
 from arc_pipeline.scoring.execution import NEEDED_COLUMNS, check_predictions, tasks_by_id
 from arc_pipeline.scoring.resumable import execute_resumable
@@ -90,8 +91,6 @@ def run(args: argparse.Namespace) -> None:
     config = parse_config(args, ExecuteConfig)
     started = time.monotonic()
     predictions, tasks = _read_inputs(args)
-    from arc_pipeline.sandbox import SandboxConfig  # after the input checks: they need no sandbox
-
     sandbox_config = SandboxConfig(workers=config.workers, timeout_s=config.timeout_s, memory_mb=config.memory_mb)
     log.info("executing %d predictions of %d tasks with %d workers (timeout %.1f s, memory %d MiB)",
              predictions.height, predictions["task_id"].n_unique(), config.workers, config.timeout_s,
@@ -101,6 +100,9 @@ def run(args: argparse.Namespace) -> None:
 
     executions = pl.read_parquet(args.executions, columns=list(EXECUTION_COLUMNS))
     task_ids = executions["task_id"].unique().to_list()
+    if len(task_ids) < len(tasks):
+        log.warning("%d of the %d tasks in %s have no predictions: the tables leave them out",
+                    len(tasks) - len(task_ids), len(tasks), args.tasks)
     test_known = {task_id: all(grid is not None for grid in tasks[task_id].test_outputs) for task_id in task_ids}
     metrics = task_metrics(executions, test_known)
     write_table(metrics, args.metrics, METRICS_SCHEMA)

@@ -110,3 +110,68 @@ def test_import_is_light():
             "if m in sys.modules]; print(bad)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+SIGNATURES = {
+    "flood_fill": "(grid, x, y, color, connectivity=4)",
+    "draw_line": "(grid, x, y, end_x=None, end_y=None, length=None, direction=None, color=None, "
+                 "stop_at_color=[])",
+    "find_connected_components": "(grid, background=0, connectivity=4, monochromatic=True)",
+    "detect_objects": "(grid, _=None, predicate=None, background=0, monochromatic=False, "
+                      "connectivity=None, allowed_dimensions=None, colors=None, "
+                      "can_overlap=False)",
+    "bounding_box": "(grid, background=0)",
+    "bounding_box_mask": "(grid, background=0)",
+    "crop": "(grid, background=0)",
+    "object_position": "(obj, background=0, anchor='upper left')",
+    "object_colors": "(obj, background=0)",
+    "blit": "(grid, sprite, x=0, y=0, background=None)",
+    "blit_sprite": "(grid, sprite, x, y, background=0)",
+    "blit_object": "(grid, obj, background=0)",
+    "translate": "(obj, x, y, background=0)",
+    "scale_sprite": "(sprite, factor)",
+    "scale_pattern": "(pattern, scale_factor)",
+    "collision": "(_=None, object1=None, object2=None, x1=0, y1=0, x2=0, y2=0, background=0)",
+    "contact": "(_=None, object1=None, object2=None, x1=0, y1=0, x2=0, y2=0, background=0, "
+               "connectivity=4)",
+    "check_between_objects": "(obj1, obj2, x, y, padding=0, background=0)",
+    "object_interior": "(grid, background=0)",
+    "object_boundary": "(grid, background=0)",
+    "object_neighbors": "(grid, background=0, connectivity=4)",
+    "is_contiguous": "(bitmask, background=0, connectivity=4)",
+    "orbit": "(grid, x, y, symmetries)",
+    "detect_translational_symmetry": "(grid, ignore_colors=[0], background=None)",
+    "detect_mirror_symmetry": "(grid, ignore_colors=[0], background=None)",
+    "detect_rotational_symmetry": "(grid, ignore_colors=[0], background=None)",
+    "random_sprite": "(n, m, density=0.5, symmetry=None, color_palette=None, connectivity=4, "
+                     "background=0)",
+    "generate_sprite": "(n, m, symmetry_type, fill_percentage=0.5, max_colors=9, "
+                       "color_palate=None, connectivity=4, background=0)",
+    "apply_symmetry": "(sprite, symmetry_type, background=0)",
+    "apply_diagonal_symmetry": "(sprite, background=0)",
+    "random_free_location_for_sprite": "(grid, sprite, background=0, border_size=0, padding=0, "
+                                       "padding_connectivity=8)",
+    "random_free_location_for_object": "(*args, **kwargs)",
+    "randomly_scatter_points": "(grid, color, density=0.5, background=0)",
+    "randomly_spaced_indices": "(max_len, n_indices, border_size=1, padding=1)",
+    "show_colored_grid": "(grid, text=True)",
+    "visualize": "(input_generator, transform, n_examples=5, n_attempts=100)",
+    "random_scatter_points": "(grid, color, density=0.5, background=0)",
+    "generate_position_has_interval": "(max_len, position_num, if_padding=False)",
+}
+
+
+@pytest.mark.parametrize("name", sorted(SIGNATURES))
+def test_signatures_match_the_spec(name):
+    import inspect
+
+    assert str(inspect.signature(getattr(common, name))) == SIGNATURES[name]
+
+
+def test_class_constructors():
+    import inspect
+
+    assert str(inspect.signature(common.TranslationalSymmetry)) == "(translate_x, translate_y)"
+    assert str(inspect.signature(common.MirrorSymmetry)) == "(mirror_x, mirror_y)"
+    assert str(inspect.signature(common.Symmetry.apply)) == "(self, x, y, iters=1)"
+    assert str(inspect.signature(common.MirrorSymmetry.apply)) == "(self, x, y, iters=1)"

@@ -2,7 +2,11 @@
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
 
+import arc_pipeline.runtime.common as common
 from arc_pipeline.runtime.common import (
     MirrorSymmetry, Symmetry, TranslationalSymmetry, detect_mirror_symmetry,
     detect_rotational_symmetry, detect_translational_symmetry, orbit,
@@ -140,3 +144,105 @@ def test_detectors_honour_ignore_colors_and_background():
     assert [(s.mirror_x, s.mirror_y) for s in found] == [(0, None), (None, 1.5)]
     found = detect_mirror_symmetry(g, ignore_colors=[], background=7)
     assert [(s.mirror_x, s.mirror_y) for s in found] == [(0, None), (None, 1.5)]
+
+
+# -- the detectors score candidates in bulk; check them against the spec's one-by-one rule -------
+
+def _reference_translational(grid, ignore, background):
+    n, m = grid.shape
+
+    def kept(cands):
+        out = []
+        for t in cands:
+            p, o, c = common._score_symmetry(grid, t, ignore, background)
+            score = p - 0.01 * o - 100000 * c
+            if score > 0:
+                out.append((score, t))
+        return out
+
+    xs = kept([TranslationalSymmetry(k, 0) for k in range(1, n)]
+              + [TranslationalSymmetry(-k, 0) for k in range(1, n)])
+    ys = kept([TranslationalSymmetry(0, k) for k in range(1, m)]
+              + [TranslationalSymmetry(0, -k) for k in range(1, m)])
+    result = []
+    if xs:
+        result.append(max(xs, key=lambda sc: (sc[0], -sc[1].translate_x))[1])
+    if ys:
+        result.append(max(ys, key=lambda sc: (sc[0], -sc[1].translate_y))[1])
+    if result:
+        return result
+    diag = kept([TranslationalSymmetry(a, b) for a in range(1, n) for b in range(1, m)])
+    if diag:
+        return [max(diag, key=lambda sc: (sc[0], -(sc[1].translate_x + sc[1].translate_y)))[1]]
+    return []
+
+
+def _reference_mirror(grid, ignore, background):
+    n, m = grid.shape
+    cands = [MirrorSymmetry(xc + z, None) for xc in range(n) for z in (0, 0.5)]
+    cands += [MirrorSymmetry(None, yc + z) for yc in range(m) for z in (0, 0.5)]
+    cands += [MirrorSymmetry(xc + z, yc + z) for xc in range(n) for yc in range(m)
+              for z in (0, 0.5)]
+    best_score, best = 0, []
+    for cand in cands:
+        p, o, c = common._score_symmetry(grid, cand, ignore, background)
+        if c > 0 or p == 0:
+            continue
+        score = p - 0.01 * o - 10000 * c
+        if score > best_score:
+            best_score, best = score, [cand]
+        elif score == best_score:
+            best.append(cand)
+    return best
+
+
+def _reference_rotational(grid, ignore, background):
+    n, m = grid.shape
+    best_score, best = 0, None
+    for xc in range(n):
+        for yc in range(m):
+            for z in (0, 0.5):
+                cand = common._RotationalSymmetry(xc + z, yc + z)
+                p, o, c = common._score_symmetry(grid, cand, ignore, background)
+                score = p - 5 * o - 1000 * c
+                if score > best_score:
+                    best_score, best = score, cand
+    return best
+
+
+def _describe(symmetry):
+    if symmetry is None:
+        return None
+    return (type(symmetry).__name__, tuple((k, v, type(v)) for k, v in vars(symmetry).items()))
+
+
+def _symmetric_grids():
+    def build(base, kind):
+        if kind == "mirror_x":
+            return np.concatenate([base, base[::-1]], axis=0)
+        if kind == "mirror_y":
+            return np.concatenate([base, base[:, ::-1]], axis=1)
+        if kind == "tile":
+            return np.tile(base, (2, 3))
+        if kind == "rot" and base.shape[0] == base.shape[1]:
+            top = np.concatenate([base, np.rot90(base, -1)], axis=1)
+            return np.concatenate([top, np.rot90(top, 2)], axis=0)
+        return base
+
+    return st.builds(build, arrays(np.int64, st.tuples(st.integers(1, 4), st.integers(1, 4)),
+                                   elements=st.sampled_from([0, 0, 1, 2, 5])),
+                     st.sampled_from(["none", "mirror_x", "mirror_y", "tile", "rot"]))
+
+
+@settings(max_examples=40, deadline=None)
+@given(_symmetric_grids(), st.sampled_from([([0], None), ([], None), ([5], 0), ([0, 2], None)]))
+def test_detectors_match_one_by_one_scoring(grid, options):
+    ignore, background = options
+    got = detect_translational_symmetry(grid, ignore_colors=ignore, background=background)
+    want = _reference_translational(grid, ignore, background)
+    assert [_describe(s) for s in got] == [_describe(s) for s in want]
+    got = detect_mirror_symmetry(grid, ignore_colors=ignore, background=background)
+    want = _reference_mirror(grid, ignore, background)
+    assert [_describe(s) for s in got] == [_describe(s) for s in want]
+    got = detect_rotational_symmetry(grid, ignore_colors=ignore, background=background)
+    assert _describe(got) == _describe(_reference_rotational(grid, ignore, background))

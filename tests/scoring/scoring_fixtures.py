@@ -23,7 +23,8 @@ def row(prediction_id, task_id, *, has_code=True, error=None, fp=None, train=Non
     test = test if valid else None
     return {
         "prediction_id": prediction_id, "task_id": task_id, "turn": 1, "has_code": has_code,
-        "error_type": error, "error_message": message if message is not None else (None if valid else f"{error} happened"),
+        "error_type": error,
+        "error_message": message if message is not None else (None if valid else f"{error} happened"),
         "train_outputs": (train_outputs or [G1]) if valid else None,
         "test_outputs": (test_outputs or [G2]) if valid else None,
         "fingerprint": fp if valid else None,

@@ -51,7 +51,8 @@ def program(body: str) -> str:
 
 RECOLOR_1_TO_2 = program("    output_grid = input_grid.copy()\n    output_grid[input_grid == 1] = 2\n"
                          "    print('debug')\n    return output_grid")
-RECOLOR_3_TO_4 = program("    output_grid = input_grid.copy()\n    output_grid[input_grid == 3] = 4\n    return output_grid")
+RECOLOR_3_TO_4 = program("    output_grid = input_grid.copy()\n    output_grid[input_grid == 3] = 4\n"
+                         "    return output_grid")
 IDENTITY_PROGRAM = program("    return input_grid")
 RAISING = program("    return 1 / 0")
 
@@ -137,7 +138,8 @@ def write_inputs(tmp_path, predictions: pl.DataFrame | None = None, tasks=(TASK,
 def stage_args(tmp_path, **config) -> list[str]:
     config = {"workers": 2, "timeout_s": 5.0, "chunk_size": 2, "progress": False, **config}
     out = tmp_path / "out"
-    return ["execute", "--predictions", str(tmp_path / "predictions.parquet"), "--tasks", str(tmp_path / "tasks.parquet"),
+    return ["execute", "--predictions", str(tmp_path / "predictions.parquet"),
+            "--tasks", str(tmp_path / "tasks.parquet"),
             "--executions", str(out / "executions.parquet"), "--metrics", str(out / "metrics.parquet"),
             "--metrics-md", str(out / "metrics.md"), "--errors", str(out / "errors.parquet"),
             "--errors-md", str(out / "errors.md"), "--config-json", json.dumps(config)]
@@ -220,7 +222,8 @@ def test_execute_resumes_after_a_kill(tmp_path, monkeypatch, capsys):
 def test_stage_rejects_unknown_task(tmp_path):
     predictions = read_frame_from_rows([prediction_row(0, "x", IDENTITY, RAISING, task_id="nowhere")])
     write_inputs(tmp_path, predictions)
-    with pytest.raises(SystemExit, match=r"predictions.parquet: predictions for 1 task\(s\) not in the tasks file: nowhere"):
+    expected = r"predictions.parquet: predictions for 1 task\(s\) not in the tasks file: nowhere"
+    with pytest.raises(SystemExit, match=expected):
         cli_main(stage_args(tmp_path))
 
 

@@ -100,6 +100,8 @@ def test_fingerprint_depends_on_shape_values_and_order():
     assert fingerprint([a]) != fingerprint([a, a])
     assert len(fingerprint([a])) == 16
     # stable across processes: a fixed value (sha256 of the little-endian count, shape and bytes)
-    import hashlib, struct
+    import hashlib
+    import struct
+
     expected = hashlib.sha256(struct.pack("<I", 1) + struct.pack("<II", 1, 4) + bytes([1, 2, 3, 4])).hexdigest()[:16]
     assert fingerprint([a]) == expected

@@ -96,7 +96,10 @@ def test_runs_table_like_the_published_one():
     assert table.columns[:4] == ["initial", "refinement", "model", "valid code"]
     assert table.columns[-1] == "is_correct"
     lines = to_markdown(table).splitlines()
-    assert lines[0].startswith("| initial | refinement | model | valid code | valid outputs | unique outputs |")
+    # the header of pipeline-facts section 11, byte for byte
+    assert lines[0] == ("| initial | refinement | model | valid code | valid outputs | unique outputs | "
+                        "train_pixel_score | train_correct_grids | train_pass_rate | train_is_correct | "
+                        "test_pixel_score | test_correct_grids | test_pass_rate | test_is_correct | is_correct |")
     assert lines[2].startswith("| 128 | 0 | base | 93.3% | 70.0% | 63.3% |")
     assert lines[3].startswith("| 64 | 64 | RL-refiner | 93.3% |")
     assert "solved" in summary_row(metrics, {"model": "x"}).columns

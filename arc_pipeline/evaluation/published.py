@@ -1,0 +1,42 @@
+"""The published results (pipeline-facts section 11) and a table that puts this run beside them.
+
+Shown only for the published preset (``evaluation.compare_with_published``): other configs evaluate
+other tasks or budgets, where the published numbers would mislead.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from arc_pipeline.scoring.tables import runs_table
+
+# ARC-AGI-1 evaluation, 400 tasks (research notes, iteration 34); shares, not percentages.
+PUBLISHED_COLUMNS = (
+    "valid code", "valid outputs", "unique outputs", "train_pixel_score", "train_correct_grids",
+    "train_pass_rate", "train_is_correct", "test_pixel_score", "test_correct_grids", "test_pass_rate",
+    "test_is_correct", "is_correct",
+)
+PUBLISHED_ROWS: tuple[tuple[int, int, str, tuple[float, ...]], ...] = (
+    (128, 0, "base", (99.9, 71.7, 49.8, 42.1, 2.4, 1.6, 16.3, 40.9, 2.0, 2.0, 23.0, 16.3)),
+    (64, 64, "base refines", (99.7, 74.0, 43.7, 45.8, 2.1, 1.1, 16.5, 44.4, 1.7, 1.6, 21.5, 16.0)),
+    (64, 64, "RL-refiner", (93.7, 76.5, 42.5, 48.7, 3.1, 1.6, 18.5, 47.2, 2.5, 2.4, 24.5, 17.8)),
+)
+
+
+def published_table() -> pl.DataFrame:
+    """The three published rows: initial, refinement, model and the twelve metrics as shares."""
+    rows = [
+        {"initial": initial, "refinement": refinement, "model": model,
+         **{name: value / 100 for name, value in zip(PUBLISHED_COLUMNS, values)}}
+        for initial, refinement, model, values in PUBLISHED_ROWS
+    ]
+    return pl.DataFrame(rows).with_columns(pl.col("initial", "refinement").cast(pl.Int64))
+
+
+def comparison_table(results: pl.DataFrame) -> pl.DataFrame:
+    """Published rows then this run's rows (a ``source`` column tells them apart); this run's
+    ``solved`` column is kept, null ("-") for the published rows, which did not report it."""
+    ours = results.drop("run", strict=False).with_columns(pl.lit("this run").alias("source"))
+    published = published_table().with_columns(pl.lit("published").alias("source"))
+    table = runs_table([published, ours])
+    return table.select("source", *[c for c in table.columns if c != "source"])
