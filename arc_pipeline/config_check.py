@@ -21,6 +21,7 @@ SECTION_MODELS: dict[tuple[str, ...], str] = {
     ("barc", "split"): "arc_pipeline.stages.barc_split:BarcSplitConfig",
     ("arc",): "arc_pipeline.stages.arc_tasks:ArcTasksConfig",
     ("model",): "arc_pipeline.stages.model:ModelStageConfig",
+    ("execution",): "arc_pipeline.stages.execute:ExecuteConfig",
 }
 
 

@@ -153,8 +153,6 @@ def main() -> None:
     os.dup2(null, 1)
     os.close(null)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    import ctypes
-    ctypes.CDLL(None).prctl(41, 1, 0, 0, 0)  # PR_SET_THP_DISABLE
 
     from arc_pipeline.sandbox import isolation, protocol
 

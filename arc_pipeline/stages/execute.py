@@ -19,6 +19,7 @@ import pyarrow as pa
 from pydantic import BaseModel, Field, NonNegativeInt, PositiveFloat, PositiveInt
 
 from arc_pipeline.config_args import add_config_argument, parse_config
+from arc_pipeline.domain.tasks import Task
 from arc_pipeline.io import InputFileError, read_frame, write_table
 from arc_pipeline.sandbox import SandboxConfig
 from arc_pipeline.schemas import METRICS_SCHEMA, PREDICTIONS_SCHEMA, TASKS_SCHEMA, errors_schema
@@ -77,7 +78,7 @@ def write_text(text: str, path: Path) -> None:
         raise
 
 
-def _read_inputs(args: argparse.Namespace):
+def _read_inputs(args: argparse.Namespace) -> tuple[pl.DataFrame, dict[str, Task]]:
     columns = pa.schema([PREDICTIONS_SCHEMA.field(name) for name in NEEDED_COLUMNS])
     try:
         predictions = read_frame(args.predictions, columns)

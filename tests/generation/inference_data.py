@@ -29,8 +29,8 @@ def small_tasks(n: int = 3, seed: int = 0) -> list[Task]:
     return [random_task(f"task_{i}", rng, n_train=2 + i % 3, n_test=1 + i % 2, size=5) for i in range(n)]
 
 
-def medium_task(task_id: str = "task_medium", side: int = 18) -> Task:
-    """Two 18 x 18 pairs: about 1.7k tokens, so a batch with it exceeds vLLM's CPU prefill budget."""
+def medium_task(task_id: str = "task_medium", side: int = 17) -> Task:
+    """Two 17 x 17 pairs: about 1.8k tokens, so a batch with it exceeds vLLM's CPU prefill chunk (4,096)."""
     rng = np.random.default_rng(2)
     grids = [rng.integers(0, 10, size=(side, side)).astype(np.int8) for _ in range(6)]
     return Task(task_id, (Pair(grids[0], grids[1]), Pair(grids[2], grids[3])), (Pair(grids[4], grids[5]),), "test")

@@ -34,7 +34,7 @@ from arc_pipeline.models import load_tokenizer
 from arc_pipeline.schemas import PREDICTIONS_SCHEMA, REFINEMENT_SCHEMA
 from arc_pipeline.stages.inference import load_tasks, predict
 
-from inference_data import huge_task, small_tasks, write_tasks
+from inference_data import huge_task, medium_task, small_tasks, write_tasks
 
 pytestmark = pytest.mark.slow
 
@@ -54,7 +54,8 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def tasks_path(workdir: Path) -> Path:
-    return write_tasks([*small_tasks(3), huge_task()], workdir / "tasks.parquet")
+    # the medium task's two prompts bring a round's prompts past vLLM's 4,096-token prefill chunk
+    return write_tasks([*small_tasks(3), medium_task(), huge_task()], workdir / "tasks.parquet")
 
 
 @pytest.fixture(scope="module")
@@ -83,7 +84,8 @@ def test_first_turn_rows(first_turn, workdir: Path, model_dir: Path, tasks_path:
     path = write_table(rows, workdir / "predictions.parquet", PREDICTIONS_SCHEMA)  # every column valid
     frame = read_frame(path, PREDICTIONS_SCHEMA)
     counts = dict(frame.group_by("task_id").len().iter_rows())
-    assert counts == {task.task_id: 4 for task in small_tasks(3)}  # 2 rounds x n=2 each; the huge task none
+    # 2 rounds x n=2 each; the huge task none
+    assert counts == {task.task_id: 4 for task in [*small_tasks(3), medium_task()]}
     assert [r.key for r in skipped] == ["task_huge/t1/r0", "task_huge/t1/r1"]
     assert frame["prediction_id"].n_unique() == frame.height
     assert set(frame["finish_reason"]) <= {"stop", "length"}
@@ -172,7 +174,7 @@ def test_cli_end_to_end(workdir: Path, tasks_path: Path, model_dir: Path, first_
     assert result.returncode == 0, result.stderr[-3000:]
     assert "2 prompts too long, skipped: task_huge/t1/r0, task_huge/t1/r1" in result.stderr
     frame = read_frame(output, PREDICTIONS_SCHEMA)
-    assert frame.height == 3 * 4
+    assert frame.height == 4 * 4
     assert frame["model"].unique().to_list() == ["tiny-llama-seed0"]
     assert frame["adapter"].null_count() == frame.height
     # another process, another engine, the same seed: the same prompts and the same samples

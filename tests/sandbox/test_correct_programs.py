@@ -139,3 +139,34 @@ def test_one_bad_output_means_no_outputs(sandbox):
     result = sandbox.run(code, [GRID, np.array([[1]])])
     assert result.error_type == "InvalidOutput" and result.outputs is None
     assert "output 1" in result.error_message
+
+
+def test_heavier_legitimate_uses_are_not_blocked(sandbox):
+    """BLAS, FFT, threads, deep recursion with a raised limit, lazy imports, clocks: all allowed."""
+    code = """
+import sys, threading, datetime, json, os, time
+sys.setrecursionlimit(20000)
+
+def fill(grid, x, y, color, seen):
+    if (x, y) in seen or not (0 <= x < grid.shape[0] and 0 <= y < grid.shape[1]):
+        return
+    seen.add((x, y))
+    grid[x, y] = color
+    for dx, dy in ((1, 0), (-1, 0), (0, 1), (0, -1)):
+        fill(grid, x + dx, y + dy, color, seen)
+
+def transform(input_grid):
+    a = np.random.rand(120, 120)
+    assert np.allclose(np.linalg.inv(a) @ a, np.eye(120), atol=1e-6)
+    assert np.fft.fft(np.ones(8))[0] == 8
+    results = []
+    worker = threading.Thread(target=lambda: results.append(bool(np.linalg.svd(a)[1][0] > 0)))
+    worker.start(); worker.join()
+    big = np.zeros((30, 30), dtype=int)
+    fill(big, 0, 0, 3, set())  # 900-deep recursion
+    stamp = datetime.datetime.now().year + time.process_time() * 0 + (os.cpu_count() or 1) * 0
+    text = json.dumps({"ok": results[0]})
+    import fractions, xml.dom.minidom  # not pre-imported: read from the installation
+    return big[:2, :3] * int(stamp > 2000) * int(json.loads(text)["ok"])
+"""
+    assert ok_outputs(sandbox.run(code, [GRID])) == [[[3, 3, 3], [3, 3, 3]]]

@@ -1,0 +1,123 @@
+"""The refine-prompts and evaluate commands end to end on small hand-made parquets (eval_data)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from arc_pipeline.cli import main as cli_main
+from arc_pipeline.io import read_frame, write_table
+from arc_pipeline.schemas import (
+    EXECUTIONS_SCHEMA,
+    REFINEMENT_SCHEMA,
+    RUN_KAGGLE_SCHEMA,
+    RUN_PASS_AT_K_SCHEMA,
+    RUNS_SCHEMA,
+    TASKS_SCHEMA,
+)
+from arc_pipeline.scoring.execution import executions_frame
+from arc_pipeline.scoring.submission import read_submission, score_submission
+from tests.evaluation import eval_data as data
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("model")
+    tasks = folder / "tasks.parquet"
+    write_table([task.to_row() for task in data.tasks()], tasks, TASKS_SCHEMA)
+    output = folder / "tiny"
+    cli_main(["model", "--tasks", str(tasks), "--output", str(output), "--config-json",
+              json.dumps({"source": "tiny", "tiny": {"vocab_size": 600}})])
+    return output
+
+
+def refine_prompts(paths: dict[str, Path], model: Path, output: Path, k: int, first: int = 2, **extra) -> pl.DataFrame:
+    config = {"refinement_prompts": k, **extra}
+    cli_main(["refine-prompts", "--tasks", str(paths["tasks"]), "--predictions", str(paths["baseline_predictions"]),
+              "--executions", str(paths["baseline"]), "--model", str(model), "--first-predictions", str(first),
+              "--output", str(output), "--config-json", json.dumps(config)])
+    return read_frame(output, REFINEMENT_SCHEMA)
+
+
+def test_refine_prompts_k_per_task_cycling_distinct_wrong_answers(tiny_model, tmp_path):
+    paths = data.write_inputs(tmp_path)
+    # give A a second distinct wrong answer in the first half (instead of its timeout), ranked second
+    executions = data.baseline_executions().to_dicts()
+    executions[1] = data.execution("A/t1/r0/s1", fp="a3", train=(0.25, 0.0), test=(0.0, 0.0))
+    write_table(executions_frame(executions), paths["baseline"], EXECUTIONS_SCHEMA)
+
+    frame = refine_prompts(paths, tiny_model, tmp_path / "prompts.parquet", k=3)
+    assert frame.height == 6  # K = 3 for each of the 2 tasks
+    # A cycles a1 (0.5 right), a3; B's two wrong answers share fingerprint b1: only the first (by id)
+    assert frame["prediction_id"].to_list() == ["A/t1/r0/s0", "A/t1/r0/s1", "A/t1/r0/s0"] + ["B/t1/r0/s0"] * 3
+    # the second-half predictions (A/r1/s0 is right, B/r1/s0 is wrong) are never refined
+    first = frame.row(0, named=True)
+    assert first["previous_train_correct_grids"] == 0.5
+    assert first["previous_train_outputs"] == [[[2, 0], [0, 0]], [[9]]]
+    assert "Your first solution was not correct" in first["prompt"]
+    assert first["prompt"] == frame.row(2, named=True)["prompt"]
+    assert first["prompt"] != frame.row(1, named=True)["prompt"]
+    assert first["prompt_tokens"] > 0
+
+
+def test_refine_prompts_first_half_and_length_limit(tiny_model, tmp_path):
+    paths = data.write_inputs(tmp_path)
+    # with all 4 predictions, B's best wrong answer is r1/s0 (0.5 of train right)
+    frame = refine_prompts(paths, tiny_model, tmp_path / "all.parquet", k=2, first=4)
+    assert frame.filter(pl.col("task_id") == "B")["prediction_id"].to_list() == ["B/t1/r1/s0", "B/t1/r0/s0"]
+    frame = refine_prompts(paths, tiny_model, tmp_path / "none.parquet", k=2, max_prompt_tokens=1)
+    assert frame.height == 0
+
+
+def run_evaluate(paths: dict[str, Path], out: Path, **config) -> None:
+    cli_main(["evaluate", "--tasks", str(paths["tasks"]),
+              "--baseline-predictions", str(paths["baseline_predictions"]), "--baseline", str(paths["baseline"]),
+              "--refiners", "base", "rl",
+              "--refinement-predictions", str(paths["base_predictions"]), str(paths["rl_predictions"]),
+              "--refinements", str(paths["base"]), str(paths["rl"]),
+              "--training-metrics", str(paths["training_metrics"]), "--output-dir", str(out),
+              "--config-json", json.dumps({"n_eval": data.N_EVAL, "refinement_prompts": data.K, **config})])
+
+
+def test_evaluate_stage_end_to_end(tmp_path):
+    paths = data.write_inputs(tmp_path / "in")
+    out = tmp_path / "report"
+    run_evaluate(paths, out, compare_with_published=True)
+
+    runs = read_frame(out / "runs.parquet", RUNS_SCHEMA)
+    assert runs.select("run", "initial", "refinement", "model").rows() == [
+        ("baseline", 4, 0, "base"), ("refine_base", 2, 4, "base refines"), ("refine_rl", 2, 4, "RL-refiner")]
+    markdown = (out / "runs.md").read_text().splitlines()
+    assert markdown[0].startswith("| initial | refinement | model | valid code |")
+    assert markdown[2].startswith("| 4 | 0 | base | 87.5% | 62.5% |")
+    assert "<td class=\"num\">87.5%</td>" in (out / "runs.html").read_text()
+    assert (out / "published.md").read_text().count("| published |") == 3
+
+    kaggle = read_frame(out / "kaggle.parquet", RUN_KAGGLE_SCHEMA)
+    assert kaggle["score"].to_list() == [1.0, 0.0, 1.0]
+    assert kaggle["best"].to_list() == [True, False, False]
+    submission = read_submission(out / "submission.json")
+    assert set(submission) == {"A", "B"}
+    assert score_submission(submission, data.tasks())["score"].mean() == 1.0
+
+    curves = read_frame(out / "passk.parquet", RUN_PASS_AT_K_SCHEMA)
+    assert curves.filter(pl.col("run") == "baseline")["pass_at_k"].to_list() == pytest.approx([0.125, 0.25, 0.375, 0.5])
+    errors_md = (out / "errors.md").read_text()
+    assert "| base refines | refine_base |" in errors_md and "ZeroDivisionError: it failed" in errors_md
+    for name in ("passk.png", "training.png", "errors.png"):
+        assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert (out / name).stat().st_size > 5000
+
+
+def test_evaluate_without_published_and_with_mismatched_arguments(tmp_path):
+    paths = data.write_inputs(tmp_path / "in")
+    out = tmp_path / "report"
+    run_evaluate(paths, out)
+    assert not (out / "published.md").exists()
+    with pytest.raises(SystemExit, match="once per refiner"):
+        cli_main(["evaluate", "--tasks", str(paths["tasks"]), "--baseline-predictions",
+                  str(paths["baseline_predictions"]), "--baseline", str(paths["baseline"]), "--refiners", "rl",
+                  "--refinement-predictions", "--refinements", str(paths["rl"]), "--output-dir", str(out)])
