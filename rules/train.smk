@@ -17,5 +17,5 @@ rule train:
         log_path("train"),
     shell:
         "arc-pipeline --log-file {log} train --dataset {input.dataset} --model {input.model}"
-        " --checkpoints {params.checkpoints} --output {output.adapter} --metrics {output.metrics}"
+        " --checkpoint-dir {params.checkpoints} --output {output.adapter} --metrics {output.metrics}"
         " --config-json {params.cfg}"

@@ -84,7 +84,12 @@ def plot_pass_at_k(curves: pl.DataFrame, path: Path, success: str = "solved") ->
                 marker="o" if curve.height <= 16 else None, markersize=3, label=f"{model} ({run})")
     max_k = int(curves["k"].max())
     if max_k > 1:
+        from matplotlib.ticker import NullFormatter, ScalarFormatter
+
         ax.set_xscale("log", base=2)
+        ax.set_xticks([2**i for i in range(max_k.bit_length()) if 2**i <= max_k])
+        ax.xaxis.set_major_formatter(ScalarFormatter())
+        ax.xaxis.set_minor_formatter(NullFormatter())
     ax.set_xlabel("k (predictions drawn per task)")
     ax.set_ylabel("pass@k (% of tasks)")
     ax.set_title(title)

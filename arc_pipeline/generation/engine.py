@@ -125,6 +125,9 @@ def _platform_workarounds(config: EngineConfig) -> dict[str, Any]:
     from vllm.platforms import current_platform
 
     if current_platform.is_cpu():
+        if config.kv_cache_memory_gib is None:
+            log.warning("on CPU without kv_cache_memory_gib vLLM takes %.0f%% of the RAM for its KV cache",
+                        100 * config.gpu_memory_utilization)
         return {"enable_chunked_prefill": False, "max_num_batched_tokens": config.max_model_len}
     return {}
 
@@ -155,7 +158,8 @@ class Engine:
             kwargs.update(enable_lora=True, max_lora_rank=config.max_lora_rank, max_loras=1)
         kwargs.update(_platform_workarounds(config))
         started = time.perf_counter()
-        log.info("starting vLLM on %s (%s)", config.model, ", ".join(f"{k}={v}" for k, v in kwargs.items() if k != "model"))
+        settings = ", ".join(f"{key}={value}" for key, value in kwargs.items() if key != "model")
+        log.info("starting vLLM on %s (%s)", config.model, settings)
         self._llm = LLM(**kwargs)
         self.start_seconds = time.perf_counter() - started
         log.info("vLLM engine ready in %.1f s", self.start_seconds)

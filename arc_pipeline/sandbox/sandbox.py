@@ -21,7 +21,6 @@ from arc_pipeline.sandbox import protocol
 from arc_pipeline.sandbox.types import (
     INVALID_OUTPUT,
     MAX_MESSAGE_CHARS,
-    MEMORY,
     TIMEOUT,
     UNSAFE,
     WORKER_CRASHED,
@@ -46,6 +45,7 @@ def _worker_environment() -> dict[str, str]:
         "LANG": "C.UTF-8",
         "PYTHONHASHSEED": "0",  # set and dict orders of strings identical in every worker
         "PYTHONDONTWRITEBYTECODE": "1",
+        "MALLOC_ARENA_MAX": "2",  # threads would otherwise reserve 64 MiB of address space each
         "PYTHONPATH": os.pathsep.join([_PACKAGE_PARENT] + [p for p in sys.path if p and os.path.isdir(p)]),
     }
     for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS",
@@ -275,6 +275,11 @@ class Sandbox:
 
     def run(self, code: str, inputs: list[np.ndarray]) -> ProgramResult:
         """Run one program (as returned by extract_code) on the inputs, in order."""
+        if not isinstance(code, str):
+            raise TypeError(
+                f"code must be a str, got {type(code).__name__}; when extract_code returns None, "
+                "record ParsingCodeFailed instead of running"
+            )
         worker = self._take()
         try:
             return worker.run(code, list(inputs))

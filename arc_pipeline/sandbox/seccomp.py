@@ -124,8 +124,8 @@ def _ret(action: int) -> tuple[int, int, int, int]:
     return _ins(_RET, action)
 
 
-def _all_equal_then_allow(nr: int, conditions: list[tuple[int, int]]) -> list[tuple[int, int, int, int]]:
-    """Allow syscall ``nr`` iff every (offset, value) word of its seccomp_data matches; else kill."""
+def _all_equal_then_allow(conditions: list[tuple[int, int]]) -> list[tuple[int, int, int, int]]:
+    """Allow iff every (offset, value) word of the seccomp_data matches; else kill."""
     body: list[tuple[int, int, int, int]] = []
     n = len(conditions)
     for i, (offset, value) in enumerate(conditions):
@@ -133,17 +133,63 @@ def _all_equal_then_allow(nr: int, conditions: list[tuple[int, int]]) -> list[tu
         body.append(_ins(_LD_ABS, offset))
         # on mismatch jump over the remaining pairs and RET ALLOW, landing on RET KILL
         body.append(_ins(_JEQ, value, 0, 2 * remaining_pairs + 1))
-    body += [_ret(_RET_ALLOW), _ret(_RET_KILL)]
-    return [_ins(_JEQ, nr, 0, len(body))] + body
+    return body + [_ret(_RET_ALLOW), _ret(_RET_KILL)]
 
 
-def _flags_block(nr: int, arg: int) -> list[tuple[int, int, int, int]]:
-    body = [_ins(_LD_ABS, _arg_lo(arg)), _ins(_JSET, _O_WRITE_MASK, 0, 1), _ret(_RET_KILL), _ret(_RET_ALLOW)]
-    return [_ins(_JEQ, nr, 0, len(body))] + body
+def _no_write_flags(arg: int) -> list[tuple[int, int, int, int]]:
+    return [_ins(_LD_ABS, _arg_lo(arg)), _ins(_JSET, _O_WRITE_MASK, 0, 1), _ret(_RET_KILL), _ret(_RET_ALLOW)]
+
+
+def _special_rules(pid: int) -> dict[int, list[tuple[int, int, int, int]]]:
+    """System calls decided by their arguments; each block ends in a return."""
+    own_pid = [(_arg_hi(0), 0), (_arg_lo(0), pid)]
+    return {
+        _NR_OPEN: _no_write_flags(1),
+        _NR_OPENAT: _no_write_flags(2),
+        # threads yes (CLONE_THREAD, no namespace flags), processes no
+        _NR_CLONE: [
+            _ins(_LD_ABS, _arg_lo(0)),
+            _ins(_JSET, _CLONE_NAMESPACES, 2, 0),
+            _ins(_JSET, _CLONE_THREAD, 0, 1),
+            _ret(_RET_ALLOW),
+            _ret(_RET_KILL),
+        ],
+        # clone3 passes its flags in memory the filter cannot read: ENOSYS makes glibc use clone
+        _NR_CLONE3: [_ret(_RET_ERRNO | errno.ENOSYS)],
+        _NR_KILL: _all_equal_then_allow(own_pid),
+        _NR_TGKILL: _all_equal_then_allow(own_pid),
+        _NR_TKILL: _all_equal_then_allow(own_pid),
+        # getrlimit is prlimit64(0, resource, NULL, old): reading its own limits only
+        _NR_PRLIMIT64: _all_equal_then_allow([(_arg_hi(0), 0), (_arg_lo(0), 0), (_arg_hi(2), 0), (_arg_lo(2), 0)]),
+        _NR_IOCTL: [
+            _ins(_LD_ABS, _arg_lo(1)),
+            _ins(_JEQ, _TIOCSTI, 2, 0),
+            _ins(_JEQ, _TIOCLINUX, 1, 0),
+            _ret(_RET_ALLOW),
+            _ret(_RET_KILL),
+        ],
+    }
 
 
 def build_filter(pid: int) -> list[tuple[int, int, int, int]]:
-    """The BPF program for a process with this pid (it may signal itself, nobody else)."""
+    """The BPF program for a process with this pid (it may signal itself, nobody else).
+
+    System call numbers are split into runs that share one decision (allow, kill, EPERM, or an
+    argument check), tested in ascending order: about half the instructions of one test per number,
+    which matters because the kernel compiles the filter again in every program's process.
+    """
+    special = _special_rules(pid)
+    decision: dict[int, object] = {nr: _RET_ALLOW for nr in ALLOWED.values()}
+    decision.update({nr: _RET_KILL for nr in KILLED.values()})
+    decision.update({nr: ("special", nr) for nr in special})
+    top = max(decision) + 1
+    runs: list[tuple[int, object]] = []  # (last number of the run, decision)
+    for nr in range(top + 1):
+        current = decision.get(nr, _RET_ERRNO | errno.EPERM) if nr < top else _RET_ERRNO | errno.EPERM
+        if runs and runs[-1][1] == current and not isinstance(current, tuple):
+            runs[-1] = (nr, current)
+        else:
+            runs.append((nr, current))
     prog = [
         _ins(_LD_ABS, _OFF_ARCH),
         _ins(_JEQ, AUDIT_ARCH_X86_64, 1, 0),
@@ -152,38 +198,11 @@ def build_filter(pid: int) -> list[tuple[int, int, int, int]]:
         _ins(_JGE, _X32_SYSCALL_BIT, 0, 1),
         _ret(_RET_KILL),
     ]
-    for nr in sorted(ALLOWED.values()):
-        prog += [_ins(_JEQ, nr, 0, 1), _ret(_RET_ALLOW)]
-    prog += _flags_block(_NR_OPEN, 1)
-    prog += _flags_block(_NR_OPENAT, 2)
-    # threads yes (CLONE_THREAD, no namespace flags), processes no
-    clone_body = [
-        _ins(_LD_ABS, _arg_lo(0)),
-        _ins(_JSET, _CLONE_NAMESPACES, 2, 0),
-        _ins(_JSET, _CLONE_THREAD, 0, 1),
-        _ret(_RET_ALLOW),
-        _ret(_RET_KILL),
-    ]
-    prog += [_ins(_JEQ, _NR_CLONE, 0, len(clone_body))] + clone_body
-    # clone3 passes its flags in memory the filter cannot read: ENOSYS makes glibc fall back to clone
-    prog += [_ins(_JEQ, _NR_CLONE3, 0, 1), _ret(_RET_ERRNO | errno.ENOSYS)]
-    for nr in (_NR_KILL, _NR_TGKILL, _NR_TKILL):
-        prog += _all_equal_then_allow(nr, [(_arg_hi(0), 0), (_arg_lo(0), pid)])
-    # getrlimit through prlimit64(0, resource, NULL, old): reading own limits only
-    prog += _all_equal_then_allow(
-        _NR_PRLIMIT64, [(_arg_hi(0), 0), (_arg_lo(0), 0), (_arg_hi(2), 0), (_arg_lo(2), 0)]
-    )
-    ioctl_body = [
-        _ins(_LD_ABS, _arg_lo(1)),
-        _ins(_JEQ, _TIOCSTI, 2, 0),
-        _ins(_JEQ, _TIOCLINUX, 1, 0),
-        _ret(_RET_ALLOW),
-        _ret(_RET_KILL),
-    ]
-    prog += [_ins(_JEQ, _NR_IOCTL, 0, len(ioctl_body))] + ioctl_body
-    for nr in sorted(KILLED.values()):
-        prog += [_ins(_JEQ, nr, 0, 1), _ret(_RET_KILL)]
-    prog.append(_ret(_RET_ERRNO | errno.EPERM))
+    for index, (last, current) in enumerate(runs):
+        block = special[current[1]] if isinstance(current, tuple) else [_ret(current)]
+        if index < len(runs) - 1:
+            prog.append(_ins(_JGE, last + 1, len(block), 0))
+        prog += block
     return prog
 
 
@@ -211,6 +230,8 @@ class CompiledFilter:
         self.length = len(prog)
         self.raw = b"".join(struct.pack("=HBBI", *instruction) for instruction in prog)
         self.pid_offsets = [8 * i + 4 for i, ins in enumerate(prog) if ins[0] == _JEQ and ins[3] == _PID_PLACEHOLDER]
+        if len(self.pid_offsets) != 3:
+            raise AssertionError("the pid placeholder must appear once per kill/tkill/tgkill rule")
 
     def for_pid(self, pid: int) -> bytes:
         raw = bytearray(self.raw)

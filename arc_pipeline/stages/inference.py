@@ -23,7 +23,7 @@ from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from arc_pipeline.config_args import add_config_argument, parse_config
 from arc_pipeline.domain.tasks import Task
@@ -48,19 +48,27 @@ class InferenceConfig(SamplingConfig, EngineOptions):
     """The ``inference`` config slice: sampling and engine settings plus the rounds.
 
     ``seed`` (shared by both parents) seeds the rounds' random choices, the per-request sampling
-    seeds and the engine.
+    seeds and the engine; ``seed: null`` leaves sampling unseeded (faster on GPU, not reproducible)
+    while the rounds still use seed 0.
     """
 
     n_predictions: int = Field(8, ge=1, description="predictions per task (first turn): a multiple of n")
+    shards: int = Field(1, ge=1, description="GPU jobs per tasks file: read by the workflow's shard rule, not here")
     turn: int | None = Field(
         None, ge=1, le=127, description="turn recorded in the rows; default 1 with --tasks, 2 with --refinements"
     )
+
+    @model_validator(mode="after")
+    def _whole_rounds(self) -> "InferenceConfig":
+        n_rounds(self.n_predictions, self.n)  # raises if n_predictions is not a multiple of n
+        return self
 
     def sampling(self) -> SamplingConfig:
         return SamplingConfig.model_validate({name: getattr(self, name) for name in SamplingConfig.model_fields})
 
     def engine(self, model: str, adapter: str | None) -> EngineConfig:
         options = {name: getattr(self, name) for name in EngineOptions.model_fields}
+        options["seed"] = self.seed or 0  # seed null = unseeded sampling; the engine still needs one
         return EngineConfig(model=model, lora_path=adapter, **options)
 
 
@@ -98,7 +106,7 @@ def build_requests(args: argparse.Namespace, config: InferenceConfig) -> list[Re
         tasks = load_tasks(args.tasks)
         tokenizer = load_tokenizer(args.model)
         log.info("%s: %d tasks x %d rounds x n=%d", args.tasks, len(tasks), rounds, config.n)
-        return first_turn_requests(tasks, tokenizer, config.seed, rounds, turn)
+        return first_turn_requests(tasks, tokenizer, config.seed or 0, rounds, turn)
     turn = config.turn or REFINEMENT_TURN
     frame = read_frame(args.refinements, REFINEMENT_SCHEMA)
     log.info("%s: %d refinement prompts x n=%d", args.refinements, frame.height, config.n)

@@ -120,6 +120,30 @@ def transform(input_grid):
 '''
 
 
+# Bodies of the warm-up answers (see warm_up): trivial programs, so that samples differ. Most give a
+# valid grid for any input and now and then solve a task by luck; the last two fail on purpose (a 1-D
+# row, colours out of range), so valid and invalid outputs both occur and GRPO sees reward variance.
+WARMUP_BODIES = (
+    "return input_grid",
+    "return np.flipud(input_grid)",
+    "return np.fliplr(input_grid)",
+    "return np.rot90(input_grid)",
+    "return np.transpose(input_grid)",
+    "return np.where(input_grid == 0, 0, 1)",
+    "return input_grid[:2, :2]",
+    "return input_grid[0]",
+    "return input_grid + 10",
+)
+
+
+WARMUP_CORPUS_REPEATS = 20
+
+
+def warmup_answer(body: str) -> str:
+    """A short BARC-style answer: a fenced program defining ``transform`` with ``body``."""
+    return f"```python\nfrom common import *\n\ndef transform(input_grid):\n    {body}\n```"
+
+
 # Modules whose Python source (code and docstrings) gives the tokenizer a general code vocabulary.
 CODE_MODULES = (
     "numpy.lib._function_base_impl",
@@ -131,7 +155,12 @@ CODE_MODULES = (
 
 
 class TinyModelConfig(BaseModel):
-    """A random Llama small enough for CPU tests, shaped like Llama 3.1 (GQA, untied head, RoPE 500k)."""
+    """A tiny Llama for CPU runs, shaped like Llama 3.1 (GQA, untied head, RoPE 500k).
+
+    Its weights are random, then (unless ``warmup_steps`` is 0) briefly fine-tuned to answer every
+    prompt with a short BARC-style program (see :func:`warm_up`), so that a default run has parseable
+    programs, valid and invalid outputs and reward variance in every stage.
+    """
 
     hidden_size: int = Field(128, ge=64, description="model width; hidden_size / num_attention_heads must be 64")
     num_hidden_layers: int = Field(2, ge=1, description="transformer blocks")
@@ -147,6 +176,14 @@ class TinyModelConfig(BaseModel):
     )
     corpus_tasks: int = Field(200, ge=1, description="at most this many tasks feed the tokenizer's training text")
     dtype: Literal["float32", "bfloat16"] = Field("float32", description="dtype of the saved weights")
+    warmup_steps: int = Field(
+        200,
+        ge=0,
+        description="answer-format warm-up: optimizer steps teaching the model to answer with a short fenced "
+        "program ending its turn (a random variant of WARMUP_BODIES); 0 = keep the random weights",
+    )
+    warmup_learning_rate: float = Field(3e-3, gt=0, description="AdamW learning rate of the warm-up")
+    warmup_batch_size: int = Field(16, ge=1, description="sequences per warm-up step")
 
     @model_validator(mode="after")
     def _head_size(self) -> "TinyModelConfig":
@@ -242,6 +279,8 @@ def tokenizer_corpus(tasks: list[Any], max_tasks: int) -> list[str]:
     from arc_pipeline.domain.prompts import first_turn_messages, refinement_messages
 
     texts: list[str] = [EXAMPLE_ANSWER, *_module_sources(CODE_MODULES)]
+    # The warm-up answers, often enough that their words become single tokens (short completions).
+    texts.extend(warmup_answer(body) for body in WARMUP_BODIES for _ in range(WARMUP_CORPUS_REPEATS))
     for task in tasks[:max_tasks]:
         order = range(len(task.train))
         texts.extend(message["content"] for message in first_turn_messages(task, order, 0))
@@ -344,7 +383,11 @@ def build_tiny_model(tasks_path: Path, output: Path, config: TinyModelConfig) ->
         pad_token_id=tokenizer.pad_token_id,
     )
     torch.manual_seed(config.seed)
-    model = LlamaForCausalLM(model_config).to(getattr(torch, config.dtype))
+    model = LlamaForCausalLM(model_config)
+    warmup: dict[str, Any] = {}
+    if config.warmup_steps:
+        warmup = warm_up(model, tokenizer, tasks, config)
+    model = model.to(getattr(torch, config.dtype))
     model.generation_config = GenerationConfig(
         bos_token_id=tokenizer.bos_token_id, eos_token_id=stop_ids, pad_token_id=tokenizer.pad_token_id
     )
@@ -359,7 +402,107 @@ def build_tiny_model(tasks_path: Path, output: Path, config: TinyModelConfig) ->
         "parameters": n_params,
         "vocab_size": len(tokenizer),
         "config": config.model_dump(),
+        "warmup": warmup,
     }
+
+
+# ---------------------------------------------------------------- answer-format warm-up
+
+WARMUP_WINDOW = (32, 160)  # prompt tokens before each answer: the last 32..160 of a real prompt
+
+
+def warmup_prompts(tasks: list[Any], tokenizer: Any, rng: Any) -> list[tuple[list[int], bool]]:
+    """Token ids of real prompts, two per task: (ids, is_first_turn).
+
+    A first-turn prompt of the randomly augmented task (it ends inside the assistant turn) and a
+    refinement prompt (it ends with a new assistant header) after a random warm-up answer.
+    """
+    from arc_pipeline.domain.augmentation import Augmentation
+    from arc_pipeline.domain.prompts import (
+        first_turn_messages,
+        refinement_messages,
+        render_first_turn,
+        render_refinement,
+    )
+
+    prompts = []
+    for task in tasks:
+        augmented = Augmentation.random(rng).apply_task(task)
+        order = [int(i) for i in rng.permutation(len(task.train))]
+        test_index = int(rng.integers(len(task.test)))
+        first = render_first_turn(tokenizer, first_turn_messages(augmented, order, test_index))
+        previous = "\n" + warmup_answer(WARMUP_BODIES[int(rng.integers(len(WARMUP_BODIES)))])
+        second = render_refinement(
+            tokenizer, refinement_messages(augmented, test_index, previous, augmented.train_inputs)
+        )
+        for text, is_first in ((first, True), (second, False)):
+            prompts.append((tokenizer(text, add_special_tokens=False).input_ids, is_first))
+    return prompts
+
+
+def warm_up(model: Any, tokenizer: Any, tasks: list[Any], config: TinyModelConfig) -> dict[str, Any]:
+    """Teach the random model the answer format, in place: a short supervised fine-tuning.
+
+    Without it a random model never writes a fenced program, every prediction fails to parse and the
+    refinement and training stages get no data. Each example is the tail of a real prompt (first turn
+    or refinement) followed by a random warm-up answer and ``<|eot_id|>``; the loss covers only the
+    answer. The tail keeps training cheap on a CPU; its position ids are shifted to a random offset
+    up to the prompt's real length, so the model meets the positions it will see at inference.
+    Seeded and single-process: the same config gives the same weights on the same machine.
+    """
+    import numpy as np
+    import torch
+    from tqdm import tqdm
+
+    started = time.perf_counter()
+    rng = np.random.default_rng(config.seed)
+    prompts = warmup_prompts(tasks, tokenizer, rng)
+    eot = tokenizer.convert_tokens_to_ids(END_OF_TURN_TOKEN)
+    answers = {
+        is_first: [
+            tokenizer(("\n" if is_first else "") + warmup_answer(body), add_special_tokens=False).input_ids + [eot]
+            for body in WARMUP_BODIES
+        ]
+        for is_first in (True, False)
+    }
+    bos = tokenizer.bos_token_id
+    pad = tokenizer.pad_token_id
+    torch.manual_seed(config.seed)
+    model.train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=config.warmup_learning_rate, weight_decay=0.0)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda step: min(1.0, (step + 1) / 20) * max(0.05, 1 - step / config.warmup_steps)
+    )
+    losses = []
+    for _ in tqdm(range(config.warmup_steps), desc="answer-format warm-up", unit="step", mininterval=5):
+        rows = []
+        for _ in range(config.warmup_batch_size):
+            prompt, is_first = prompts[int(rng.integers(len(prompts)))]
+            window = min(int(rng.integers(WARMUP_WINDOW[0], WARMUP_WINDOW[1] + 1)), len(prompt) - 1)
+            context = prompt[-window:]
+            answer = answers[is_first][int(rng.integers(len(WARMUP_BODIES)))]
+            start = int(rng.integers(1, len(prompt) - window + 1))  # real start: len(prompt) - window
+            ids = [bos, *context, *answer]
+            positions = [0, *range(start, start + window + len(answer))]
+            labels = [-100] * (1 + window) + answer
+            rows.append((ids, positions, labels))
+        width = max(len(ids) for ids, _, _ in rows)
+        input_ids = torch.tensor([ids + [pad] * (width - len(ids)) for ids, _, _ in rows])
+        position_ids = torch.tensor([pos + [pos[-1]] * (width - len(pos)) for _, pos, _ in rows])
+        label_ids = torch.tensor([lab + [-100] * (width - len(lab)) for _, _, lab in rows])
+        mask = torch.tensor([[1] * len(ids) + [0] * (width - len(ids)) for ids, _, _ in rows])
+        loss = model(input_ids=input_ids, position_ids=position_ids, attention_mask=mask, labels=label_ids).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+        losses.append(float(loss))
+    model.eval()
+    seconds = time.perf_counter() - started
+    final = float(np.mean(losses[-10:]))
+    log.info("answer-format warm-up: %d steps in %.1f s, final loss %.3f", len(losses), seconds, final)
+    return {"steps": len(losses), "seconds": round(seconds, 2), "final_loss": round(final, 4)}
 
 
 # ---------------------------------------------------------------- hub and path

@@ -41,6 +41,8 @@ class ChatTokenizer:
 def test_n_rounds_divides() -> None:
     assert n_rounds(8, 8) == 1
     assert n_rounds(128, 8) == 16
+    unseeded = InferenceConfig.model_validate({"seed": None})
+    assert unseeded.sampling().seed is None and unseeded.engine("m", None).seed == 0
     with pytest.raises(ValueError, match="multiple of n"):
         n_rounds(8, 3)
     with pytest.raises(ValueError):
@@ -140,3 +142,7 @@ def test_inference_config_slices() -> None:
     assert engine.max_model_len == 2048 and engine.seed == 3 and engine.model == "models/tiny"
     with pytest.raises(ValueError):
         InferenceConfig.model_validate({"max_token": 10})  # typos are refused
+    unseeded = InferenceConfig.model_validate({"seed": None})
+    assert unseeded.sampling().seed is None and unseeded.engine("m", None).seed == 0
+    with pytest.raises(ValueError, match="multiple of n"):
+        InferenceConfig.model_validate({"n": 3})  # 8 predictions are not whole rounds of 3

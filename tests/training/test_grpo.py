@@ -63,22 +63,21 @@ def metric(frame: pl.DataFrame, name: str) -> list[float]:
 
 
 def test_grpo_learns_a_learnable_reward(tiny_model, refinement_dataset, tmp_path):
-    dataset = refinement_dataset(24)
+    dataset = refinement_dataset(16)
     target = third_likeliest_first_token(tiny_model, dataset)
     metrics_path = tmp_path / "metrics.parquet"
-    result = train(cpu_config(), dataset, tiny_model, tmp_path / "adapter", metrics_path,
-                   extra_rewards=[(FirstTokenReward(target), 1.0)])
-    assert result.global_step == 24 and result.resumed_from is None
+    result = train(cpu_config(num_generations=16, learning_rate=1e-2), dataset, tiny_model, tmp_path / "adapter",
+                   metrics_path, extra_rewards=[(FirstTokenReward(target), 1.0)])
+    assert result.global_step == 16 and result.resumed_from is None
     metrics = read_frame(metrics_path, TRAINING_METRICS_SCHEMA)
     learned = metric(metrics, "rewards/first_token/mean")
-    assert len(learned) == 24
-    first, last = sum(learned[:6]) / 6, sum(learned[-6:]) / 6
-    assert last > first + 0.3, learned
+    assert len(learned) == 16
+    first, last = sum(learned[:4]) / 4, sum(learned[-4:]) / 4
+    assert last > first + 0.25, learned
     # the ARC reward ran on every batch and its extra metrics came through TRL's log_metric
     assert set(metric(metrics, "rewards/arc-v2-no-pixel-score/mean")) == {0.0}
-    assert set(metric(metrics, "arc/truncated_share")) == {1.0}
-    assert set(metric(metrics, "completions/clipped_ratio")) == {1.0}
-    assert len(metric(metrics, "entropy")) == 24
+    assert metric(metrics, "arc/truncated_share") == metric(metrics, "completions/clipped_ratio")
+    assert len(metric(metrics, "entropy")) == 16
     assert (tmp_path / "adapter" / "adapter_model.safetensors").is_file()
     assert (tmp_path / "adapter" / "training_summary.json").is_file()
 

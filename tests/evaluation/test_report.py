@@ -1,0 +1,108 @@
+"""``snakemake --report`` of the evaluation stage, opened in a real headless browser (slow).
+
+The evaluate rule runs for real through Snakemake on prepared parquet inputs (eval_data) placed
+where the upstream rules would write them; ``--allowed-rules evaluate`` keeps Snakemake from
+rebuilding them (no vLLM, no training). The report must embed every table and figure with its
+caption, and Chromium must render it to a non-blank screenshot.
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from tests.evaluation import eval_data as data
+from tests.workflow.conftest import REPO, Workflow
+
+pytestmark = pytest.mark.slow
+
+CHROMIUM = next((shutil.which(name) for name in ("chromium", "chromium-browser", "google-chrome")
+                 if shutil.which(name)), None)
+REPORT_FILES = ("runs.html", "kaggle.html", "errors.html", "errors.png", "passk.png", "training.png",
+                "published.html")
+CAPTION_WORDS = ("Does the RL refiner help?", "Unbiased pass", "GRPO training of the refiner",
+                 "Share of predictions per error type", "Kaggle-style scoring", "beside the published results")
+
+
+def place_inputs(workflow: Workflow) -> None:
+    """The evaluate rule's inputs at the paths of the rules that normally write them."""
+    staged = data.write_inputs(workflow.workdir / "staged")
+    targets = {
+        "tasks": "arc_tasks/tasks.parquet",
+        "baseline_predictions": "evaluate/baseline/predictions.parquet",
+        "baseline": "evaluate/baseline/executions.parquet",
+        "base_predictions": "evaluate/refine_base/predictions.parquet",
+        "base": "evaluate/refine_base/executions.parquet",
+        "rl_predictions": "evaluate/refine_rl/predictions.parquet",
+        "rl": "evaluate/refine_rl/executions.parquet",
+        "training_metrics": "train/metrics.parquet",
+    }
+    for key, relative in targets.items():
+        destination = workflow.path(relative)
+        destination.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(staged[key], destination)
+
+
+def screenshot(url: str, png: Path, profile: Path) -> None:
+    command = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+               "--disable-background-networking", "--disable-component-update", "--disable-sync",
+               f"--user-data-dir={profile}", f"--screenshot={png}", "--window-size=1400,1000",
+               "--virtual-time-budget=5000", url]
+    subprocess.run(command, capture_output=True, text=True, timeout=180, check=False)
+    assert png.exists() and png.stat().st_size > 0, f"chromium wrote no screenshot of {url}"
+
+
+def assert_not_blank(png: Path) -> None:
+    """Decode the PNG (matplotlib reads it) and check that it has real content, not one colour."""
+    import matplotlib.image
+
+    pixels = np.asarray(matplotlib.image.imread(str(png)))[..., :3]
+    assert pixels.std() > 0.02, f"{png} is blank"
+    colours = np.unique((pixels.reshape(-1, 3) * 255).astype(np.uint8), axis=0)
+    assert len(colours) > 20, f"{png} has only {len(colours)} colours"
+
+
+@pytest.fixture
+def workflow(tmp_path: Path) -> Workflow:
+    config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    (tmp_path / "work").mkdir()
+    return Workflow(tmp_path / "work", config)
+
+
+def test_report_embeds_tables_and_figures_and_renders(workflow: Workflow, tmp_path: Path) -> None:
+    workflow.config["evaluation"].update(n_eval=data.N_EVAL, refinement_prompts=data.K,
+                                         compare_with_published=True)
+    workflow.write_config()
+    place_inputs(workflow)
+    target = workflow.target("evaluate/report/runs.md")
+    workflow.snakemake("--allowed-rules", "evaluate", "--cores", "1", target)
+    for name in REPORT_FILES:
+        assert workflow.path(f"evaluate/report/{name}").exists(), name
+
+    report = workflow.workdir / "report.html"
+    workflow.snakemake("--allowed-rules", "evaluate", "--report", str(report), target)
+    html = report.read_text()
+    for name in REPORT_FILES:
+        assert name in html, f"{name} is not in the report"
+    for words in CAPTION_WORDS:
+        assert words in html, f"caption {words!r} is not in the report"
+    # the figures travel inside the report as base64 PNG data
+    embedded = re.findall(r"data:image/png;charset=utf8;filename=(\w+\.png);base64,([A-Za-z0-9+/=]{100})", html)
+    assert {name for name, _ in embedded} >= {"errors.png", "passk.png", "training.png"}
+    assert all(base64.b64decode(chunk[:96])[:4] == b"\x89PNG" for _, chunk in embedded)
+
+    if CHROMIUM is None:
+        pytest.skip("chromium is not installed (apt-get install chromium): report written, not rendered")
+    report_png = tmp_path / "report.png"
+    screenshot(report.as_uri(), report_png, tmp_path / "chromium-profile")
+    assert_not_blank(report_png)
+    table_png = tmp_path / "runs.png"
+    screenshot(workflow.path("evaluate/report/runs.html").as_uri(), table_png, tmp_path / "chromium-profile")
+    assert_not_blank(table_png)

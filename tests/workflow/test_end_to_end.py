@@ -1,0 +1,84 @@
+"""The whole workflow on the embedded default config (real vLLM on CPU, real TRL), as `make run` runs it.
+
+A tiny model writes little valid code; this test asserts the pipeline's shape and accounting: every
+task has its predictions, every prediction has an execution row with scores or an error type, every
+downstream artifact exists and is consistent with what it was built from.
+"""
+
+from __future__ import annotations
+
+import json
+
+import polars as pl
+import pytest
+
+from tests.workflow.conftest import Workflow
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory, default_config) -> Workflow:
+    workflow = Workflow(tmp_path_factory.mktemp("e2e"), default_config)
+    workflow.snakemake()
+    return workflow
+
+
+@pytest.fixture(scope="module")
+def default_config():
+    import yaml
+
+    from tests.workflow.conftest import REPO
+
+    return yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+
+
+def test_barc_parts_have_their_tasks(finished: Workflow) -> None:
+    split = finished.config["barc"]["split"]
+    ids = []
+    for part in range(1, split["n_parts"] + 1):
+        frame = pl.read_parquet(finished.path(f"barc_split/part{part}.parquet"))
+        assert frame.height == split["tasks_per_part"]
+        ids += frame["task_id"].to_list()
+    assert len(set(ids)) == len(ids)
+    summary = json.loads(finished.path("barc_tasks/tasks.summary.json").read_text())
+    assert summary["tasks"] + sum(summary["skipped"].values()) == summary["rows"]
+
+
+def test_every_task_has_its_predictions_and_every_prediction_an_execution(finished: Workflow) -> None:
+    inference = finished.config["inference"]
+    for part in range(1, finished.config["barc"]["split"]["n_parts"] + 1):
+        tasks = pl.read_parquet(finished.path(f"barc_split/part{part}.parquet"))
+        predictions = pl.read_parquet(finished.path(f"inference/barc/part{part}.parquet"))
+        per_task = predictions.group_by("task_id").len()
+        assert set(per_task["task_id"]) == set(tasks["task_id"])
+        assert per_task["len"].to_list() == [inference["n_predictions"]] * tasks.height
+        assert predictions["prediction_id"].n_unique() == predictions.height
+        assert set(predictions["round"].unique()) == set(range(inference["n_predictions"] // inference["n"]))
+
+        executions = pl.read_parquet(finished.path(f"execute/barc/part{part}.parquet"))
+        assert sorted(executions["prediction_id"]) == sorted(predictions["prediction_id"])
+        scored = executions["train_pixel_score"].is_not_null()
+        failed = executions["error_type"].is_not_null()
+        assert (scored ^ failed).all(), "each execution has either scores or an error type"
+
+        metrics = finished.path(f"execute/barc/part{part}.metrics.md").read_text()
+        assert "MEAN" in metrics and "valid code" in metrics
+
+
+def test_refinement_training_and_evaluation_outputs(finished: Workflow) -> None:
+    refinement = pl.read_parquet(finished.path("refine_dataset/refinement.parquet"))
+    assert refinement["task_id"].n_unique() == refinement.height
+    adapter = finished.path("train/adapter")
+    assert (adapter / "adapter_config.json").exists()
+    metrics = pl.read_parquet(finished.path("train/metrics.parquet"))
+    assert metrics.height >= 1
+    runs = finished.path("evaluate/report/runs.md").read_text()
+    assert "base" in runs and "MEAN" not in runs.splitlines()[0]
+    submission = json.loads(finished.path("evaluate/report/submission.json").read_text())
+    tasks = pl.read_parquet(finished.path("arc_tasks/tasks.parquet"))
+    assert set(submission) == set(tasks["task_id"])
+
+
+def test_second_run_has_nothing_to_do(finished: Workflow) -> None:
+    assert finished.planned_jobs() == {}
