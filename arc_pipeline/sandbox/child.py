@@ -57,36 +57,50 @@ def _type_name(error: BaseException) -> str:
     return name if isinstance(name, str) and name.isidentifier() and len(name) <= 64 else "Exception"
 
 
+class _InvalidOutput(Exception):
+    """An output that is not a grid; raised by our own validation, never by the program."""
+
+
+def _validated(output: object, index: int) -> np.ndarray:
+    try:
+        return as_grid(output)
+    except GridError as error:
+        raise _InvalidOutput(f"output {index}: {error}") from None
+    except MemoryError:
+        raise
+    except BaseException as error:  # a hostile __array__ or __len__
+        raise _InvalidOutput(f"output {index}: {_type_name(error)}: {_message(error)}") from None
+
+
 def _execute(code: str, inputs: list[np.ndarray]) -> bytes:
-    """Run the program on every input; the record to send back."""
+    """Run the program on every input; the record to send back.
+
+    Each output is validated (and copied) right after its call, so a program that returns and then
+    mutates one shared array cannot change an earlier output.
+    """
     random.seed(0)
     np.random.seed(0)
     module = types.ModuleType("program")
     sys.modules["program"] = module  # classes and dataclasses look their module up there
     namespace = module.__dict__
+    grids = []
     try:
         exec(_PRELUDE_CODE, namespace)
         exec(compile(prepare_code(code), "<program>", "exec"), namespace)
         transform = namespace.get("transform")
         if not callable(transform):
             return protocol.encode_error(MISSING_TRANSFORM, "the program defines no callable `transform`")
-        outputs = [transform(grid.copy()) for grid in inputs]
+        for index, grid in enumerate(inputs):
+            grids.append(_validated(transform(grid.copy()), index))
     except MemoryError:
         return _MEMORY_RECORD
+    except _InvalidOutput as problem:
+        _restore_builtins()
+        return protocol.encode_error(INVALID_OUTPUT, str(problem.args[0]))
     except BaseException as error:  # the program's own exception, SystemExit included
         _restore_builtins()
         return protocol.encode_error(_type_name(error), _message(error))
     _restore_builtins()
-    grids = []
-    for index, output in enumerate(outputs):
-        try:
-            grids.append(as_grid(output))
-        except GridError as error:
-            return protocol.encode_error(INVALID_OUTPUT, f"output {index}: {error}")
-        except MemoryError:
-            return _MEMORY_RECORD
-        except BaseException as error:  # a hostile __array__ or __len__
-            return protocol.encode_error(INVALID_OUTPUT, f"output {index}: {_type_name(error)}: {_message(error)}")
     return protocol.encode_outputs(grids)
 
 

@@ -408,7 +408,8 @@ def build_tiny_model(tasks_path: Path, output: Path, config: TinyModelConfig) ->
 
 # ---------------------------------------------------------------- answer-format warm-up
 
-WARMUP_WINDOW = (32, 160)  # prompt tokens before each answer: the last 32..160 of a real prompt
+WARMUP_TAIL = (8, 32)  # an example keeps the last 8..32 tokens of a real prompt
+WARMUP_SAMPLE = 48  # and this many sampled from the rest (see warm_up)
 
 
 def warmup_prompts(tasks: list[Any], tokenizer: Any, rng: Any) -> list[tuple[list[int], bool]]:
@@ -446,10 +447,17 @@ def warm_up(model: Any, tokenizer: Any, tasks: list[Any], config: TinyModelConfi
     Without it a random model never writes a fenced program, every prediction fails to parse and the
     refinement and training stages get no data. Each example is the tail of a real prompt (first turn
     or refinement) followed by a random warm-up answer and ``<|eot_id|>``; the loss covers only the
-    answer. The tail keeps training cheap on a CPU; its position ids are shifted to a random offset
-    up to the prompt's real length, so the model meets the positions it will see at inference.
+    answer (and the prompt's last token, which predicts its first token).
+
+    Real prompts are thousands of tokens long; training on them would take minutes on a CPU. An
+    example keeps the prompt's last few tokens and a random sample of the rest, all at their real
+    positions; every query sees each sampled token with ``log(rest / sample)`` added to its attention
+    score, as if each stood for the ``rest / sample`` tokens around it. So the model learns attention
+    that the long prompts it meets at inference do not dilute.
     Seeded and single-process: the same config gives the same weights on the same machine.
     """
+    import math
+
     import numpy as np
     import torch
     from tqdm import tqdm
@@ -465,39 +473,54 @@ def warm_up(model: Any, tokenizer: Any, tasks: list[Any], config: TinyModelConfi
         ]
         for is_first in (True, False)
     }
-    bos = tokenizer.bos_token_id
-    pad = tokenizer.pad_token_id
+    bos, pad = tokenizer.bos_token_id, tokenizer.pad_token_id
+    dtype = next(model.parameters()).dtype
+    blocked = torch.finfo(dtype).min
     torch.manual_seed(config.seed)
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.warmup_learning_rate, weight_decay=0.0)
+    ramp = max(1, config.warmup_steps // 10)
     scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda step: min(1.0, (step + 1) / 20) * max(0.05, 1 - step / config.warmup_steps)
+        optimizer, lambda step: min(1.0, (step + 1) / ramp) * max(0.05, 1 - step / config.warmup_steps)
     )
     losses = []
     for _ in tqdm(range(config.warmup_steps), desc="answer-format warm-up", unit="step", mininterval=5):
         rows = []
         for _ in range(config.warmup_batch_size):
             prompt, is_first = prompts[int(rng.integers(len(prompts)))]
-            window = min(int(rng.integers(WARMUP_WINDOW[0], WARMUP_WINDOW[1] + 1)), len(prompt) - 1)
-            context = prompt[-window:]
+            tail = min(int(rng.integers(WARMUP_TAIL[0], WARMUP_TAIL[1] + 1)), len(prompt) - 1)
+            rest = len(prompt) - 1 - tail  # tokens between <|begin_of_text|> and the tail
+            sample = min(WARMUP_SAMPLE, rest)
+            kept = np.sort(rng.choice(np.arange(1, 1 + rest), size=sample, replace=False))
             answer = answers[is_first][int(rng.integers(len(WARMUP_BODIES)))]
-            start = int(rng.integers(1, len(prompt) - window + 1))  # real start: len(prompt) - window
-            ids = [bos, *context, *answer]
-            positions = [0, *range(start, start + window + len(answer))]
-            labels = [-100] * (1 + window) + answer
-            rows.append((ids, positions, labels))
-        width = max(len(ids) for ids, _, _ in rows)
-        input_ids = torch.tensor([ids + [pad] * (width - len(ids)) for ids, _, _ in rows])
-        position_ids = torch.tensor([pos + [pos[-1]] * (width - len(pos)) for _, pos, _ in rows])
-        label_ids = torch.tensor([lab + [-100] * (width - len(lab)) for _, _, lab in rows])
-        mask = torch.tensor([[1] * len(ids) + [0] * (width - len(ids)) for ids, _, _ in rows])
-        loss = model(input_ids=input_ids, position_ids=position_ids, attention_mask=mask, labels=label_ids).loss
+            ids = [bos, *(prompt[i] for i in kept), *prompt[-tail:], *answer]
+            positions = [0, *kept.tolist(), *range(len(prompt) - tail, len(prompt) + len(answer))]
+            rows.append((ids, positions, sample, tail, math.log(rest / sample) if sample else 0.0))
+        width = max(len(ids) for ids, *_ in rows)
+        input_ids = torch.full((len(rows), width), pad)
+        position_ids = torch.zeros((len(rows), width), dtype=torch.long)
+        targets = torch.full((len(rows), width), -100)
+        causal = torch.ones(width, width, dtype=torch.bool).tril()
+        bias = torch.zeros((len(rows), 1, width, width), dtype=dtype)
+        for row, (ids, positions, sample, tail, scale) in enumerate(rows):
+            last = sample + tail  # index of the prompt's last token, which predicts the answer's first
+            input_ids[row, : len(ids)] = torch.tensor(ids)
+            position_ids[row, : len(ids)] = torch.tensor(positions)
+            position_ids[row, len(ids) :] = positions[-1]
+            targets[row, last : len(ids) - 1] = torch.tensor(ids[last + 1 :])  # next-token targets
+            bias[row, 0, :, 1 : 1 + sample] = scale
+            bias[row, 0, :, len(ids) :] = blocked  # padding
+        bias.masked_fill_(~causal, blocked)
+        hidden = model.model(input_ids=input_ids, position_ids=position_ids, attention_mask=bias).last_hidden_state
+        scored = targets != -100
+        logits = model.lm_head(hidden[scored])  # only where a target is: most positions are prompt
+        loss = torch.nn.functional.cross_entropy(logits.float(), targets[scored])
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)
-        losses.append(float(loss))
+        losses.append(loss.item())
     model.eval()
     seconds = time.perf_counter() - started
     final = float(np.mean(losses[-10:]))

@@ -18,5 +18,8 @@ def sandbox():
 def hostile_sandbox(request):
     """Every hostile program runs twice: with the audit hook, and with only the kernel's enforcement."""
     with Sandbox(HOSTILE_CONFIG, audit_hook=request.param == "audit-hook") as box:
+        if request.param == "kernel-only" and box.mechanisms["seccomp"].startswith("off"):
+            # without seccomp a fork bomb would really run: test the kernel layer only where it exists
+            pytest.skip(f"seccomp is not available here: {box.mechanisms['seccomp']}")
         box.layer = request.param
         yield box

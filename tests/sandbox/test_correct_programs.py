@@ -177,3 +177,13 @@ def test_missing_code_is_a_caller_error(sandbox):
 
     with pytest.raises(TypeError, match="ParsingCodeFailed"):
         sandbox.run(None, [GRID])
+
+
+def test_outputs_are_captured_at_each_call(sandbox):
+    """A program that reuses one output array across calls still gets each call's own result."""
+    code = (
+        "OUT = np.zeros((1, 1), dtype=int)\n"
+        "def transform(g):\n    OUT[0, 0] = g[0, 0]\n    return OUT\n"
+    )
+    result = sandbox.run(code, [np.array([[4]]), np.array([[6]])])
+    assert ok_outputs(result) == [[[4]], [[6]]]
