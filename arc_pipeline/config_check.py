@@ -23,6 +23,7 @@ SECTION_MODELS: dict[tuple[str, ...], str] = {
     ("model",): "arc_pipeline.stages.model:ModelStageConfig",
     ("execution",): "arc_pipeline.stages.execute:ExecuteConfig",
     ("inference",): "arc_pipeline.stages.inference:InferenceConfig",
+    ("evaluation",): "arc_pipeline.stages.evaluate:EvaluateConfig",
 }
 
 

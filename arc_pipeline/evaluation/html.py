@@ -19,7 +19,8 @@ h1 { font-size: 1.3em; } h2 { font-size: 1.1em; margin-top: 1.6em; }
 p.note { color: #555; max-width: 60em; }
 table { border-collapse: collapse; font-size: 0.85em; margin-bottom: 1em; }
 th, td { border: 1px solid #bbb; padding: 3px 7px; }
-th { background: #e8eef6; position: sticky; top: 0; }
+th { background: #e8eef6; position: sticky; top: 0; max-width: 7em; overflow-wrap: anywhere; }
+td { white-space: nowrap; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; }
 tr:nth-child(even) td { background: #f7f7f7; }
 """

@@ -131,15 +131,15 @@ def evaluate(args: argparse.Namespace, config: EvaluateConfig) -> dict[str, Path
     refinement_predictions = {name: read_frame(path, PREDICTIONS_SCHEMA)
                               for name, path in zip(args.refiners, args.refinement_predictions)}
     # Only tasks that were predicted count (a config may evaluate a subset of the tasks file).
-    evaluated = {task_id: tasks[task_id] for task_id in tasks if task_id in set(baseline["task_id"].to_list())}
+    predicted = set(baseline["task_id"].unique().to_list())
+    evaluated = {task_id: task for task_id, task in tasks.items() if task_id in predicted}
     test_known = {task_id: all(g is not None for g in task.test_outputs) for task_id, task in evaluated.items()}
     runs = build_runs(baseline_predictions, baseline, refinements, config.n_eval // 2, refinement_predictions)
-    written: dict[str, Path] = {}
 
     # the results table, per-task tables and the published comparison
     metrics = run_task_metrics(runs, test_known)
     results = results_table(runs, metrics)
-    written["runs.parquet"] = write_table(results, out / "runs.parquet", RUNS_SCHEMA)
+    write_table(results, out / "runs.parquet", RUNS_SCHEMA)
     runs_md = to_markdown(seeds_table(results))
     write_text(runs_md, out / "runs.md")
     note = (f"{len(evaluated)} evaluation tasks. Baseline: {runs[0].initial} predictions per task; refinement "
@@ -176,7 +176,8 @@ def evaluate(args: argparse.Namespace, config: EvaluateConfig) -> dict[str, Path
     # error analysis
     errors = analysis.runs_errors(runs)
     write_table(errors, out / "errors.parquet", RUN_ERRORS_SCHEMA)
-    sections = [("Share of predictions per error type (mean over tasks)", "", to_markdown(analysis.errors_wide(errors)))]
+    shares_md = to_markdown(analysis.errors_wide(errors))
+    sections = [("Share of predictions per error type (mean over tasks)", "", shares_md)]
     for run in runs:
         sections.append((f"Most common errors: {run.model} ({run.name})", "",
                          to_markdown(common_errors(run.executions, top=COMMON_ERRORS_PER_RUN))))

@@ -129,7 +129,7 @@ WARMUP_BODIES = (
     "return np.fliplr(input_grid)",
     "return np.rot90(input_grid)",
     "return np.transpose(input_grid)",
-    "return np.where(input_grid == 0, 0, 1)",
+    "return np.where(input_grid, 1, 0)",
     "return input_grid[:2, :2]",
     "return input_grid[0]",
     "return input_grid + 10",
@@ -408,8 +408,8 @@ def build_tiny_model(tasks_path: Path, output: Path, config: TinyModelConfig) ->
 
 # ---------------------------------------------------------------- answer-format warm-up
 
-WARMUP_TAIL = (8, 32)  # an example keeps the last 8..32 tokens of a real prompt
-WARMUP_SAMPLE = 48  # and this many sampled from the rest (see warm_up)
+WARMUP_TAIL = (8, 24)  # an example keeps the last 8..24 tokens of a real prompt
+WARMUP_SAMPLE = 32  # and this many sampled from the rest (see warm_up)
 
 
 def warmup_prompts(tasks: list[Any], tokenizer: Any, rng: Any) -> list[tuple[list[int], bool]]:
@@ -454,8 +454,20 @@ def warm_up(model: Any, tokenizer: Any, tasks: list[Any], config: TinyModelConfi
     positions; every query sees each sampled token with ``log(rest / sample)`` added to its attention
     score, as if each stood for the ``rest / sample`` tokens around it. So the model learns attention
     that the long prompts it meets at inference do not dilute.
-    Seeded and single-process: the same config gives the same weights on the same machine.
+    One thread, seeded: the matrices are small, threads only fight over a shared CPU (7x slower on
+    a busy 2-core machine), and the weights do not depend on the number of cores.
     """
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return _warm_up(model, tokenizer, tasks, config)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _warm_up(model: Any, tokenizer: Any, tasks: list[Any], config: TinyModelConfig) -> dict[str, Any]:
     import math
 
     import numpy as np

@@ -59,6 +59,32 @@ def screenshot(url: str, png: Path, profile: Path) -> None:
     assert png.exists() and png.stat().st_size > 0, f"chromium wrote no screenshot of {url}"
 
 
+# Opens one result of the report the way a reader does: Results > Evaluation > subcategory, then the
+# result's "view" (eye) button. Injected into a copy of the report; the report itself is untouched.
+NAVIGATION = """<script>
+function clickText(text) {
+  const found = [...document.querySelectorAll('a,li,button,div,span,td')].filter(e => e.textContent.trim() === text);
+  if (found.length) found[found.length - 1].click();
+}
+const steps = ["Results", "Evaluation", "%(subcategory)s"];
+let step = 0;
+function next() {
+  if (step < steps.length) { clickText(steps[step]); step++; setTimeout(next, 400); return; }
+  const rows = [...document.querySelectorAll('tr')].filter(e => e.textContent.includes('%(name)s'));
+  const view = rows.length ? rows[rows.length - 1].querySelector('a[iconname="eye"]') : null;
+  if (view) { view.click(); document.title = 'opened %(name)s'; }
+}
+setTimeout(next, 500);
+</script>"""
+
+
+def open_result(report: Path, subcategory: str, name: str, copy: Path) -> Path:
+    html = report.read_text()
+    end = html.rindex("</body>")
+    copy.write_text(html[:end] + NAVIGATION % {"subcategory": subcategory, "name": name} + html[end:])
+    return copy
+
+
 def assert_not_blank(png: Path) -> None:
     """Decode the PNG (matplotlib reads it) and check that it has real content, not one colour."""
     import matplotlib.image
@@ -100,9 +126,13 @@ def test_report_embeds_tables_and_figures_and_renders(workflow: Workflow, tmp_pa
 
     if CHROMIUM is None:
         pytest.skip("chromium is not installed (apt-get install chromium): report written, not rendered")
-    report_png = tmp_path / "report.png"
-    screenshot(report.as_uri(), report_png, tmp_path / "chromium-profile")
-    assert_not_blank(report_png)
-    table_png = tmp_path / "runs.png"
-    screenshot(workflow.path("evaluate/report/runs.html").as_uri(), table_png, tmp_path / "chromium-profile")
-    assert_not_blank(table_png)
+    profile = tmp_path / "chromium-profile"
+    landing = tmp_path / "report.png"
+    screenshot(report.as_uri(), landing, profile)
+    assert_not_blank(landing)
+    for subcategory, name in (("Tables", "runs.html"), ("Figures", "passk.png")):
+        page = open_result(report, subcategory, name, tmp_path / f"report-{name}.html")
+        png = tmp_path / f"report-{name}.png"
+        screenshot(page.as_uri(), png, profile)
+        assert_not_blank(png)
+        assert png.read_bytes() != landing.read_bytes(), f"opening {name} in the report changed nothing"

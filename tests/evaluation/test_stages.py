@@ -121,3 +121,20 @@ def test_evaluate_without_published_and_with_mismatched_arguments(tmp_path):
         cli_main(["evaluate", "--tasks", str(paths["tasks"]), "--baseline-predictions",
                   str(paths["baseline_predictions"]), "--baseline", str(paths["baseline"]), "--refiners", "rl",
                   "--refinement-predictions", "--refinements", str(paths["rl"]), "--output-dir", str(out)])
+
+
+def test_evaluate_with_unknown_test_solutions(tmp_path):
+    """Hidden test outputs (a Kaggle challenge set): no score, no pass@k, still a valid submission."""
+    paths = data.write_inputs(tmp_path / "in")
+    hidden = [dict(task.to_row(), test_outputs=None) for task in data.tasks()]
+    write_table(hidden, paths["tasks"], TASKS_SCHEMA)
+    out = tmp_path / "report"
+    run_evaluate(paths, out)
+    kaggle = read_frame(out / "kaggle.parquet", RUN_KAGGLE_SCHEMA)
+    assert kaggle["score"].null_count() == 3
+    # without test answers the best guess is the best train_pass_rate: the RL refiner (25% vs 12.5%)
+    assert kaggle.filter(pl.col("best"))["run"].to_list() == ["refine_rl"]
+    assert set(read_submission(out / "submission.json")) == {"A", "B"}
+    assert read_frame(out / "passk.parquet", RUN_PASS_AT_K_SCHEMA).height == 0
+    runs = read_frame(out / "runs.parquet", RUNS_SCHEMA)
+    assert runs["test_is_correct"].null_count() == 3 and runs["train_is_correct"].to_list()[0] == 0.5

@@ -1,13 +1,15 @@
 """Short real GRPO runs on the CPU (TRL + peft) with the tiny random Llama.
 
 A random tiny model never writes a program, so the ARC reward is 0 for every completion. To check
-that training learns, a second reward is added that the model can learn: 1 when the completion's
-first token is one chosen token (the third most likely one under the untrained model; sampling uses
-top-k 4, so it starts near 1/4). Completions are 4 tokens long and never finish, so truncated
-completions are not masked (masked, the loss would be exactly zero).
+that training learns, a second reward is added that the model can learn: the share of completion
+tokens equal to one token that the untrained model writes in some completions but not most.
+Completions are 4 tokens long and never finish, so truncated completions are not masked (masked,
+the loss would be exactly zero).
 """
 
 from __future__ import annotations
+
+from collections import Counter
 
 import polars as pl
 import pytest
@@ -22,19 +24,23 @@ from arc_pipeline.training.grpo import train
 pytestmark = pytest.mark.slow
 
 
-class FirstTokenReward:
-    """1.0 when a completion starts with ``target``, else 0.0."""
+class TokenShareReward:
+    """The share of a completion's tokens that are ``target`` (dense, so it varies within a group)."""
 
-    __name__ = "first_token"
+    __name__ = "token_share"
 
     def __init__(self, target: int) -> None:
         self.target = target
 
     def __call__(self, completion_ids, **_) -> list[float]:
-        return [float(bool(ids) and ids[0] == self.target) for ids in completion_ids]
+        return [sum(t == self.target for t in ids) / len(ids) if ids else 0.0 for ids in completion_ids]
 
 
-def third_likeliest_first_token(model_dir, dataset_path) -> int:
+def learnable_target(model_dir, dataset_path, config: TrainConfig) -> int:
+    """A token the untrained model writes in some completions but not most (so there is room to learn).
+
+    The random tiny model is very peaked, hence the test samples at temperature 3 (top-k 4).
+    """
     from transformers import AutoModelForCausalLM
 
     from arc_pipeline.models import load_tokenizer
@@ -42,9 +48,16 @@ def third_likeliest_first_token(model_dir, dataset_path) -> int:
     tokenizer = load_tokenizer(model_dir)
     prompt = read_frame(dataset_path)["prompt"][0].removeprefix(tokenizer.bos_token)
     model = AutoModelForCausalLM.from_pretrained(str(model_dir))
+    inputs = tokenizer(prompt, return_tensors="pt")
+    torch.manual_seed(0)
     with torch.no_grad():
-        logits = model(**tokenizer(prompt, return_tensors="pt")).logits[0, -1]
-    return int(torch.topk(logits, 3).indices[2])
+        out = model.generate(**inputs, do_sample=True, top_k=config.top_k, top_p=1.0, temperature=config.temperature,
+                             max_new_tokens=config.max_completion_length, num_return_sequences=64,
+                             pad_token_id=tokenizer.pad_token_id)
+    completions = out[:, inputs["input_ids"].shape[1]:].tolist()
+    containing = Counter(token for ids in completions for token in set(ids))
+    candidates = [(count, token) for token, count in containing.items() if count <= 0.8 * len(completions)]
+    return max(candidates)[1]
 
 
 def cpu_config(**overrides) -> TrainConfig:
@@ -64,16 +77,17 @@ def metric(frame: pl.DataFrame, name: str) -> list[float]:
 
 def test_grpo_learns_a_learnable_reward(tiny_model, refinement_dataset, tmp_path):
     dataset = refinement_dataset(16)
-    target = third_likeliest_first_token(tiny_model, dataset)
+    config = cpu_config(temperature=3.0)
+    target = learnable_target(tiny_model, dataset, config)
     metrics_path = tmp_path / "metrics.parquet"
-    result = train(cpu_config(num_generations=16, learning_rate=1e-2), dataset, tiny_model, tmp_path / "adapter",
-                   metrics_path, extra_rewards=[(FirstTokenReward(target), 1.0)])
+    result = train(config, dataset, tiny_model, tmp_path / "adapter", metrics_path,
+                   extra_rewards=[(TokenShareReward(target), 1.0)])
     assert result.global_step == 16 and result.resumed_from is None
     metrics = read_frame(metrics_path, TRAINING_METRICS_SCHEMA)
-    learned = metric(metrics, "rewards/first_token/mean")
+    learned = metric(metrics, "rewards/token_share/mean")
     assert len(learned) == 16
     first, last = sum(learned[:4]) / 4, sum(learned[-4:]) / 4
-    assert last > first + 0.25, learned
+    assert last > first + 0.15, learned
     # the ARC reward ran on every batch and its extra metrics came through TRL's log_metric
     assert set(metric(metrics, "rewards/arc-v2-no-pixel-score/mean")) == {0.0}
     assert metric(metrics, "arc/truncated_share") == metric(metrics, "completions/clipped_ratio")
