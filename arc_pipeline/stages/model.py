@@ -2,9 +2,12 @@
 
 Three sources, one kind of output (a Hugging Face model folder plus ``model.json``):
 
-- ``tiny``: a random Llama (``LlamaForCausalLM``) and a byte-level BPE tokenizer with the Llama 3.1
-  special tokens and chat template, built in seconds from the prompts of the given tasks. It lets the
-  whole workflow run offline on a CPU with the same code paths as the real model.
+- ``tiny``: a tiny Llama (``LlamaForCausalLM``) and a byte-level BPE tokenizer with the Llama 3.1
+  special tokens and chat template, built in well under a minute from the prompts of the given tasks.
+  Its random weights get a short "answer-format warm-up" (:func:`warm_up`): it then answers every
+  prompt with a trivial fenced program and ends its turn, so the whole workflow runs offline on a CPU
+  with the same code paths as the real model and every stage gets data (parsed programs, valid and
+  invalid outputs, reward variance).
 - ``hub``: ``huggingface_hub.snapshot_download`` of e.g. ``barc0/Llama-3.1-ARC-Potpourri-Induction-8B``.
 - ``path``: an existing local folder, linked file by file (no copy of the weights).
 
@@ -182,7 +185,9 @@ class TinyModelConfig(BaseModel):
         description="answer-format warm-up: optimizer steps teaching the model to answer with a short fenced "
         "program ending its turn (a random variant of WARMUP_BODIES); 0 = keep the random weights",
     )
-    warmup_learning_rate: float = Field(3e-3, gt=0, description="AdamW learning rate of the warm-up")
+    warmup_learning_rate: float = Field(
+        5e-3, gt=0, description="peak AdamW learning rate of the warm-up (10% linear ramp, then linear decay)"
+    )
     warmup_batch_size: int = Field(16, ge=1, description="sequences per warm-up step")
 
     @model_validator(mode="after")
