@@ -25,6 +25,7 @@ import polars as pl
 from pydantic import BaseModel, Field
 
 from arc_pipeline.config_args import add_config_argument, parse_config
+from arc_pipeline.task_files import read_tasks_by_id
 from arc_pipeline.domain.tasks import Task
 from arc_pipeline.evaluation import analysis, plots
 from arc_pipeline.evaluation.html import page
@@ -39,7 +40,6 @@ from arc_pipeline.schemas import (
     RUN_PASS_AT_K_SCHEMA,
     RUN_TASK_METRICS_SCHEMA,
     RUNS_SCHEMA,
-    TASKS_SCHEMA,
     TRAINING_METRICS_SCHEMA,
 )
 from arc_pipeline.scoring.submission import read_submission, validate_submission, write_submission
@@ -93,14 +93,6 @@ def write_text(text: str, path: Path) -> None:
     log.info("wrote %s", path)
 
 
-def load_tasks(path: Path) -> dict[str, Task]:
-    tasks: dict[str, Task] = {}
-    for row in read_frame(path, TASKS_SCHEMA).iter_rows(named=True):
-        try:
-            tasks[row["task_id"]] = Task.from_row(row)
-        except (ValueError, TypeError) as error:
-            raise InputFileError(f"{path}: task {row['task_id']}: {error}") from None
-    return tasks
 
 
 def read_training_metrics(path: Path | None) -> pl.DataFrame:
@@ -123,7 +115,7 @@ def check_inputs(args: argparse.Namespace, tasks: dict[str, Task], baseline: pl.
 def evaluate(args: argparse.Namespace, config: EvaluateConfig) -> dict[str, Path]:
     """Everything the stage writes; returns the paths by file name."""
     out: Path = args.output_dir
-    tasks = load_tasks(args.tasks)
+    tasks = read_tasks_by_id([args.tasks])
     baseline = read_frame(args.baseline, EXECUTIONS_SCHEMA)
     check_inputs(args, tasks, baseline)
     baseline_predictions = read_frame(args.baseline_predictions, PREDICTIONS_SCHEMA)

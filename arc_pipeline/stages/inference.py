@@ -19,14 +19,13 @@ from __future__ import annotations
 
 import argparse
 import logging
-from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
 from pydantic import Field, model_validator
 
 from arc_pipeline.config_args import add_config_argument, parse_config
-from arc_pipeline.domain.tasks import Task
+from arc_pipeline.task_files import read_tasks
 from arc_pipeline.generation.engine import Engine, EngineConfig, EngineOptions, SamplingConfig
 from arc_pipeline.generation.requests import (
     FIRST_TURN,
@@ -39,7 +38,7 @@ from arc_pipeline.generation.requests import (
     refinement_requests,
 )
 from arc_pipeline.io import InputFileError, read_frame, write_table
-from arc_pipeline.schemas import PREDICTIONS_SCHEMA, REFINEMENT_SCHEMA, TASKS_SCHEMA
+from arc_pipeline.schemas import PREDICTIONS_SCHEMA, REFINEMENT_SCHEMA
 
 log = logging.getLogger(__name__)
 
@@ -82,18 +81,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add_config_argument(parser)
 
 
-def load_tasks(path: Path) -> list[Task]:
-    frame = read_frame(path, TASKS_SCHEMA)
-    duplicated = [task_id for task_id, count in Counter(frame["task_id"].to_list()).items() if count > 1]
-    if duplicated:
-        raise InputFileError(f"{path}: duplicate task ids {duplicated[:5]}")
-    tasks = []
-    for row in frame.iter_rows(named=True):
-        try:
-            tasks.append(Task.from_row(row))
-        except (ValueError, TypeError) as error:
-            raise InputFileError(f"{path}: task {row['task_id']}: {error}") from None
-    return tasks
 
 
 def build_requests(args: argparse.Namespace, config: InferenceConfig) -> list[Request]:
@@ -103,7 +90,7 @@ def build_requests(args: argparse.Namespace, config: InferenceConfig) -> list[Re
 
         turn = config.turn or FIRST_TURN
         rounds = n_rounds(config.n_predictions, config.n)
-        tasks = load_tasks(args.tasks)
+        tasks = read_tasks(args.tasks)
         tokenizer = load_tokenizer(args.model)
         log.info("%s: %d tasks x %d rounds x n=%d", args.tasks, len(tasks), rounds, config.n)
         return first_turn_requests(tasks, tokenizer, config.seed or 0, rounds, turn)

@@ -16,15 +16,16 @@ import polars as pl
 from pydantic import BaseModel, Field
 
 from arc_pipeline.config_args import add_config_argument, parse_config
+from arc_pipeline.task_files import read_tasks_by_id
 from arc_pipeline.domain.tasks import Task
-from arc_pipeline.io import InputFileError, read_frame, write_table
+from arc_pipeline.io import read_frame, write_table
 from arc_pipeline.refinement import (
     attach_predictions,
     drop_long_prompts,
     refinement_examples,
     select_for_training,
 )
-from arc_pipeline.schemas import EXECUTIONS_SCHEMA, PREDICTIONS_SCHEMA, REFINEMENT_SCHEMA, TASKS_SCHEMA
+from arc_pipeline.schemas import EXECUTIONS_SCHEMA, PREDICTIONS_SCHEMA, REFINEMENT_SCHEMA
 
 log = logging.getLogger(__name__)
 
@@ -52,16 +53,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add_config_argument(parser)
 
 
-def load_tasks(paths: list[Path]) -> dict[str, Task]:
-    """Every task of the files by id; a bad task fails naming its file and id."""
-    tasks: dict[str, Task] = {}
-    for path in paths:
-        for row in read_frame(path, TASKS_SCHEMA).iter_rows(named=True):
-            try:
-                tasks[row["task_id"]] = Task.from_row(row)
-            except ValueError as error:
-                raise InputFileError(f"{path}: task {row['task_id']}: {error}") from None
-    return tasks
 
 
 def read_all(paths: list[Path], schema) -> pl.DataFrame:
@@ -97,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
     from arc_pipeline.models import load_tokenizer
 
     config = parse_config(args, RefineDatasetConfig)
-    tasks = load_tasks(args.tasks)
+    tasks = read_tasks_by_id(args.tasks)
     predictions = read_all(args.predictions, PREDICTIONS_SCHEMA)
     executions = read_all(args.executions, EXECUTIONS_SCHEMA)
     tokenizer = load_tokenizer(args.model)

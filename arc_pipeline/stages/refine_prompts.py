@@ -18,6 +18,7 @@ import polars as pl
 from pydantic import BaseModel, Field
 
 from arc_pipeline.config_args import add_config_argument, parse_config
+from arc_pipeline.task_files import read_tasks_by_id
 from arc_pipeline.domain.tasks import Task
 from arc_pipeline.evaluation.runs import first_half
 from arc_pipeline.io import InputFileError, read_frame, write_table
@@ -27,7 +28,7 @@ from arc_pipeline.refinement import (
     refinement_examples,
     select_for_evaluation,
 )
-from arc_pipeline.schemas import EXECUTIONS_SCHEMA, PREDICTIONS_SCHEMA, REFINEMENT_SCHEMA, TASKS_SCHEMA
+from arc_pipeline.schemas import EXECUTIONS_SCHEMA, PREDICTIONS_SCHEMA, REFINEMENT_SCHEMA
 
 log = logging.getLogger(__name__)
 
@@ -53,14 +54,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add_config_argument(parser)
 
 
-def load_tasks(path: Path) -> dict[str, Task]:
-    tasks: dict[str, Task] = {}
-    for row in read_frame(path, TASKS_SCHEMA).iter_rows(named=True):
-        try:
-            tasks[row["task_id"]] = Task.from_row(row)
-        except (ValueError, TypeError) as error:
-            raise InputFileError(f"{path}: task {row['task_id']}: {error}") from None
-    return tasks
 
 
 def build_prompts(
@@ -100,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
     config = parse_config(args, RefinePromptsConfig)
     if args.first_predictions < 1:
         raise SystemExit(f"--first-predictions must be at least 1, got {args.first_predictions}")
-    tasks = load_tasks(args.tasks)
+    tasks = read_tasks_by_id([args.tasks])
     predictions = read_frame(args.predictions, PREDICTIONS_SCHEMA)
     executions = read_frame(args.executions, EXECUTIONS_SCHEMA)
     unknown = set(executions["task_id"].unique().to_list()) - set(tasks)

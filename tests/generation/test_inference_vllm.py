@@ -32,7 +32,8 @@ from arc_pipeline.generation.requests import Provenance, first_turn_requests, re
 from arc_pipeline.io import read_frame, write_table
 from arc_pipeline.models import load_tokenizer
 from arc_pipeline.schemas import PREDICTIONS_SCHEMA, REFINEMENT_SCHEMA
-from arc_pipeline.stages.inference import load_tasks, predict
+from arc_pipeline.stages.inference import predict
+from arc_pipeline.task_files import read_tasks as load_tasks
 
 from inference_data import huge_task, medium_task, small_tasks, write_tasks
 

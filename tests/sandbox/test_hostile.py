@@ -5,7 +5,6 @@ the next program starts from a pristine state."""
 from __future__ import annotations
 
 import os
-import signal
 import socket
 import threading
 
