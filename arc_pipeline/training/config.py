@@ -103,6 +103,12 @@ class TrainConfig(BaseModel):
         None, gt=0, description="clip-higher (DAPO recommends 0.28); None = same as epsilon (seeds: off)"
     )
     num_iterations: PositiveInt = Field(1, description="optimisation passes per generation batch (seeds: 1)")
+    online_multi_turn: bool = Field(
+        False,
+        description="sample both turns with the current policy (TRL rollout_func, arc_pipeline.training.online): "
+        "first answer, sandbox feedback, second answer; the loss covers both answers but not the feedback "
+        "(env_mask) and the reward scores the last answer. Off = the seeds: second turn only, on fixed first turns",
+    )
 
     # ---- sampling
     temperature: float = Field(1.0, gt=0, description="seeds: 1.0")

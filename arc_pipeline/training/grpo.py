@@ -34,7 +34,9 @@ from arc_pipeline.training.config import TrainConfig
 log = logging.getLogger(__name__)
 
 # Columns handed to the trainer: the prompt plus what the reward needs (and ids for the logs).
-DATASET_COLUMNS = ["prompt", "task_id", "prediction_id", "train_inputs", "train_outputs", "test_inputs", "test_outputs"]
+DATASET_COLUMNS = [
+    "prompt", "task_id", "prediction_id", "train_inputs", "train_outputs", "test_inputs", "test_outputs", "test_index",
+]
 FINGERPRINT_FILE = "run_fingerprint.json"
 SUMMARY_FILE = "training_summary.json"
 # Config fields that do not change what is learned: changing them keeps the checkpoints.
@@ -346,9 +348,16 @@ def train(
         workers=config.execution_workers, timeout_s=config.execution_timeout_s, memory_mb=config.execution_memory_mb
     )
     with Sandbox(sandbox_config) as sandbox:
-        rewards: list[tuple[Callable[..., list[float]], float]] = [
-            (ArcReward(config.reward, sandbox, stop_token_ids(model, tokenizer), config.truncated_reward), 1.0)
-        ]
+        arc_reward: Callable[..., list[float]] = ArcReward(
+            config.reward, sandbox, stop_token_ids(model, tokenizer), config.truncated_reward
+        )
+        rollout = None
+        if config.online_multi_turn:
+            from arc_pipeline.training.online import FinalTurnReward, OnlineRollout
+
+            rollout = OnlineRollout(sandbox, stop_token_ids(model, tokenizer))
+            arc_reward = FinalTurnReward(arc_reward)
+        rewards: list[tuple[Callable[..., list[float]], float]] = [(arc_reward, 1.0)]
         if config.soft_overlong_cache:
             penalty = soft_overlong_penalty(config.max_completion_length, config.soft_overlong_cache)
             rewards.append((penalty, config.soft_overlong_weight))
@@ -361,6 +370,7 @@ def train(
             processing_class=tokenizer,
             peft_config=peft_config,
             callbacks=[guard, *callbacks],
+            **({"rollout_func": rollout} if rollout is not None else {}),
         )
         trainer.train(resume_from_checkpoint=str(resume) if resume else None)
     state = trainer.state
