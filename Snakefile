@@ -7,7 +7,11 @@ from snakemake.utils import min_version
 min_version("9.0")
 
 
-configfile: os.path.join(workflow.basedir, "config", "config.yaml")
+# The embedded default applies only when no --configfile is given: a preset such as
+# config/barc-multiturn.yaml is complete on its own and must not inherit the CPU default's values.
+if not workflow.overwrite_configfiles:
+
+    configfile: os.path.join(workflow.basedir, "config", "config.yaml")
 
 
 include: "rules/common.smk"

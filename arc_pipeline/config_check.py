@@ -24,6 +24,8 @@ SECTION_MODELS: dict[tuple[str, ...], str] = {
     ("execution",): "arc_pipeline.stages.execute:ExecuteConfig",
     ("inference",): "arc_pipeline.stages.inference:InferenceConfig",
     ("evaluation",): "arc_pipeline.stages.evaluate:EvaluateConfig",
+    ("refinement",): "arc_pipeline.stages.refine_dataset:RefineDatasetConfig",
+    ("training",): "arc_pipeline.training.config:TrainConfig",
 }
 
 
