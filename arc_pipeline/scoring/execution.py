@@ -179,13 +179,3 @@ def execute_predictions(
     return finish_run(prepared, score_items(items))
 
 
-def tasks_by_id(tasks: pl.DataFrame, source: str = "tasks") -> dict[str, Task]:
-    """Build ``Task`` objects from a TASKS_SCHEMA frame; a bad grid names the file and the task."""
-    result: dict[str, Task] = {}
-    for row in tasks.iter_rows(named=True):
-        try:
-            result[row["task_id"]] = Task.from_row(row)
-        except (GridError, ValueError) as error:
-            raise ValueError(f"{source}: task {row['task_id']}: {error}") from None
-    return result
-

@@ -22,8 +22,9 @@ from arc_pipeline.config_args import add_config_argument, parse_config
 from arc_pipeline.domain.tasks import Task
 from arc_pipeline.io import InputFileError, read_frame, write_table
 from arc_pipeline.sandbox import SandboxConfig
-from arc_pipeline.schemas import METRICS_SCHEMA, PREDICTIONS_SCHEMA, TASKS_SCHEMA, errors_schema
-from arc_pipeline.scoring.execution import NEEDED_COLUMNS, check_predictions, tasks_by_id
+from arc_pipeline.schemas import METRICS_SCHEMA, PREDICTIONS_SCHEMA, errors_schema
+from arc_pipeline.scoring.execution import NEEDED_COLUMNS, check_predictions
+from arc_pipeline.task_files import read_tasks_by_id
 from arc_pipeline.scoring.resumable import execute_resumable
 from arc_pipeline.scoring.tables import (
     EXECUTION_COLUMNS,
@@ -82,7 +83,7 @@ def _read_inputs(args: argparse.Namespace) -> tuple[pl.DataFrame, dict[str, Task
     columns = pa.schema([PREDICTIONS_SCHEMA.field(name) for name in NEEDED_COLUMNS])
     try:
         predictions = read_frame(args.predictions, columns)
-        tasks = tasks_by_id(read_frame(args.tasks, TASKS_SCHEMA), source=str(args.tasks))
+        tasks = read_tasks_by_id([args.tasks])
         check_predictions(predictions, tasks, source=str(args.predictions))
         if predictions.height == 0:
             raise ValueError(f"{args.predictions}: no predictions")
