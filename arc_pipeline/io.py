@@ -54,6 +54,22 @@ def write_table(data: Any, path: str | os.PathLike, schema: pa.Schema) -> Path:
     return path
 
 
+def write_text(text: str, path: str | os.PathLike) -> Path:
+    """Write a text file atomically (a killed job leaves no half-written table or JSON)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
+        os.replace(tmp_name, path)
+    except BaseException:
+        Path(tmp_name).unlink(missing_ok=True)
+        raise
+    log.info("wrote %s", path)
+    return path
+
+
 def read_table(path: str | os.PathLike, schema: pa.Schema | None = None) -> pa.Table:
     """Read a parquet file; with ``schema``, check the columns are there (naming the file if not)."""
     path = Path(path)

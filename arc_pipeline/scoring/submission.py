@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ import polars as pl
 
 from arc_pipeline.domain.grids import MAX_GRID_SIDE, N_COLORS, Grid
 from arc_pipeline.domain.tasks import Task
+from arc_pipeline.io import write_text
 
 ATTEMPT_KEYS = ("attempt_1", "attempt_2")
 PLACEHOLDER: list[list[int]] = [[0]]
@@ -155,17 +155,7 @@ def score_submission(submission: Submission, tasks: Mapping[str, Task] | Iterabl
 
 def write_submission(submission: Submission, path: str | os.PathLike) -> Path:
     """Write ``submission.json`` atomically (compact, as Kaggle expects)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as handle:
-            json.dump(submission, handle, separators=(",", ":"))
-        os.replace(tmp_name, path)
-    except BaseException:
-        Path(tmp_name).unlink(missing_ok=True)
-        raise
-    return path
+    return write_text(json.dumps(submission, separators=(",", ":")), path)
 
 
 def read_submission(path: str | os.PathLike) -> Any:

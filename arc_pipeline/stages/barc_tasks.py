@@ -23,7 +23,7 @@ from tqdm import tqdm
 from arc_pipeline.config_args import add_config_argument, parse_config
 from arc_pipeline.domain.grids import Grid, GridError, as_grid
 from arc_pipeline.domain.tasks import Pair, Task
-from arc_pipeline.io import write_table
+from arc_pipeline.io import write_table, write_text
 from arc_pipeline.schemas import TASKS_SCHEMA
 
 log = logging.getLogger(__name__)
@@ -123,7 +123,7 @@ def convert(jsonl: Path, output: Path, config: BarcTasksConfig) -> dict[str, Any
         raise SystemExit(f"{jsonl}: no usable rows ({summary['skipped']})")
     write_table(tasks, output, TASKS_SCHEMA)
     summary_path = output.with_name(output.stem + ".summary.json")
-    summary_path.write_text(json.dumps(summary, indent=2) + "\n")
+    write_text(json.dumps(summary, indent=2) + "\n", summary_path)
     log.info("%d tasks from %d rows; skipped %s (see %s)", len(tasks), summary["rows"], summary["skipped"],
              summary_path)
     return summary

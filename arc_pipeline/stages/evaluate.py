@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 from pathlib import Path
 
 import polars as pl
@@ -31,7 +30,7 @@ from arc_pipeline.evaluation import analysis, plots
 from arc_pipeline.evaluation.html import page
 from arc_pipeline.evaluation.published import comparison_table
 from arc_pipeline.evaluation.runs import build_runs, results_table, run_task_metrics, seeds_table
-from arc_pipeline.io import InputFileError, read_frame, write_table
+from arc_pipeline.io import InputFileError, read_frame, write_table, write_text
 from arc_pipeline.schemas import (
     EXECUTIONS_SCHEMA,
     PREDICTIONS_SCHEMA,
@@ -84,13 +83,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add_config_argument(parser)
 
 
-def write_text(text: str, path: Path) -> None:
-    """Atomic text write: a killed job leaves no half-written table."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-    log.info("wrote %s", path)
 
 
 

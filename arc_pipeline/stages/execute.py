@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import tempfile
 import time
 from pathlib import Path
 
@@ -20,7 +19,7 @@ from pydantic import BaseModel, Field, NonNegativeInt, PositiveFloat, PositiveIn
 
 from arc_pipeline.config_args import add_config_argument, parse_config
 from arc_pipeline.domain.tasks import Task
-from arc_pipeline.io import InputFileError, read_frame, write_table
+from arc_pipeline.io import InputFileError, read_frame, write_table, write_text
 from arc_pipeline.sandbox import SandboxConfig
 from arc_pipeline.schemas import METRICS_SCHEMA, PREDICTIONS_SCHEMA, errors_schema
 from arc_pipeline.scoring.execution import NEEDED_COLUMNS, check_predictions
@@ -66,17 +65,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add_config_argument(parser)
 
 
-def write_text(text: str, path: Path) -> None:
-    """Atomic text write (a killed job leaves no half-written markdown)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
-        os.replace(tmp_name, path)
-    except BaseException:
-        Path(tmp_name).unlink(missing_ok=True)
-        raise
 
 
 def _read_inputs(args: argparse.Namespace) -> tuple[pl.DataFrame, dict[str, Task]]:

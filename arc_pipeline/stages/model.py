@@ -353,19 +353,14 @@ def build_tiny_model(tasks_path: Path, output: Path, config: TinyModelConfig) ->
     import torch
     from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
 
-    from arc_pipeline.domain.tasks import Task
     from arc_pipeline.io import InputFileError, read_frame
     from arc_pipeline.schemas import TASKS_SCHEMA
+    from arc_pipeline.task_files import tasks_from_frame
 
     frame = read_frame(tasks_path, TASKS_SCHEMA)
     if frame.height == 0:
         raise InputFileError(f"{tasks_path}: no tasks to train the tiny tokenizer on")
-    tasks = []
-    for row in frame.head(config.corpus_tasks).iter_rows(named=True):
-        try:
-            tasks.append(Task.from_row(row))
-        except ValueError as error:
-            raise InputFileError(f"{tasks_path}: task {row['task_id']}: {error}") from None
+    tasks = tasks_from_frame(frame.head(config.corpus_tasks), str(tasks_path))
     corpus = tokenizer_corpus(tasks, config.corpus_tasks)
     tokenizer = train_tokenizer(corpus, config.vocab_size, config.max_position_embeddings)
     # Like Llama 3.1's generation config: end of turn, end of text and end of message all stop.
