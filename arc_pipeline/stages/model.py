@@ -10,6 +10,11 @@ Three sources, one kind of output (a Hugging Face model folder plus ``model.json
   invalid outputs, reward variance).
 - ``hub``: ``huggingface_hub.snapshot_download`` of e.g. ``barc0/Llama-3.1-ARC-Potpourri-Induction-8B``.
 - ``path``: an existing local folder, linked file by file (no copy of the weights).
+- ``random``: random weights of a real architecture (by default Llama-3.1-8B, the BARC model's shape)
+  and an offline tokenizer with the full 128,256-token Llama 3 vocabulary, the special tokens at their
+  real ids and the Llama 3.1 chat template: GPU smoke runs measure memory and speed at full size with
+  no network (``config/h200-smoke.yaml``). An optional short warm-up (as for ``tiny``) makes it answer
+  with trivial programs, so that refinement and GRPO get data.
 
 For ``hub`` and ``path`` the saved tokenizer config pads with ``<|finetune_right_pad_id|>`` instead of
 ``<|eot_id|>``, as the seeds did by hand. The folder is built beside ``--output`` and renamed into
@@ -202,11 +207,88 @@ class TinyModelConfig(BaseModel):
         return self
 
 
+# Llama 3 special tokens at their real ids (128,000 + i): a tokenizer built here matches the BARC
+# model's ids, so vLLM's stop ids, the pad id and the embedding size are those of the real model.
+LLAMA3_FIRST_SPECIAL_ID = 128000
+LLAMA3_VOCAB_SIZE = 128256
+LLAMA3_SPECIAL_TOKENS = (
+    BEGIN_OF_TEXT_TOKEN,
+    END_OF_TEXT_TOKEN,
+    "<|reserved_special_token_0|>",
+    "<|reserved_special_token_1|>",
+    PAD_TOKEN,
+    "<|reserved_special_token_2|>",
+    "<|start_header_id|>",
+    "<|end_header_id|>",
+    "<|eom_id|>",
+    END_OF_TURN_TOKEN,
+    "<|python_tag|>",
+    *(f"<|reserved_special_token_{i}|>" for i in range(3, 248)),
+)
+
+
+class LlamaShape(BaseModel):
+    """A Llama architecture; the defaults are Llama-3.1-8B's ``config.json`` (the BARC model's shape)."""
+
+    hidden_size: int = Field(4096, ge=64)
+    intermediate_size: int = Field(14336, ge=1)
+    num_hidden_layers: int = Field(32, ge=1)
+    num_attention_heads: int = Field(32, ge=1)
+    num_key_value_heads: int = Field(8, ge=1)
+    max_position_embeddings: int = Field(131072, ge=12288)
+    rope_theta: float = Field(500000.0, gt=0)
+    rope_scaling: dict[str, Any] | None = Field(
+        default_factory=lambda: {
+            "rope_type": "llama3",
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 8192,
+        },
+        description="Llama 3.1's long-context RoPE scaling",
+    )
+
+    @model_validator(mode="after")
+    def _heads(self) -> "LlamaShape":
+        if self.hidden_size % self.num_attention_heads or self.num_attention_heads % self.num_key_value_heads:
+            raise ValueError(
+                "hidden_size must be a multiple of num_attention_heads, and num_attention_heads of num_key_value_heads"
+            )
+        return self
+
+
+class RandomModelConfig(BaseModel):
+    """Random weights of a real architecture with a full-size Llama 3 tokenizer (GPU smoke runs).
+
+    Nothing is downloaded. The tokenizer is a byte-level BPE learnt from the tasks' prompts
+    (``bpe_vocab_size`` tokens), padded with never-produced filler tokens to id 127,999, then the 256
+    Llama 3 special tokens at 128,000-128,255: embedding and head have the real 128,256 rows.
+    """
+
+    shape: LlamaShape = Field(default_factory=LlamaShape, description="architecture (default Llama-3.1-8B)")
+    bpe_vocab_size: int = Field(8192, ge=512, le=LLAMA3_FIRST_SPECIAL_ID, description="learnt BPE tokens")
+    corpus_tasks: int = Field(200, ge=1, description="at most this many tasks feed the tokenizer's training text")
+    seed: int = Field(0, description="seed of the weight initialisation and the warm-up")
+    dtype: Literal["float32", "bfloat16"] = Field("bfloat16", description="dtype of the weights (and the warm-up)")
+    device: Literal["auto", "cpu", "cuda"] = Field(
+        "auto", description="where to initialise (and warm up) the weights; auto = cuda when available"
+    )
+    warmup_steps: int = Field(
+        0, ge=0, description="answer-format warm-up steps as for the tiny model (see warm_up); 0 = random weights"
+    )
+    warmup_learning_rate: float = Field(
+        3e-4, gt=0, description="peak AdamW learning rate of the warm-up (deep models need far less than tiny's)"
+    )
+    warmup_batch_size: int = Field(16, ge=1, description="sequences per warm-up step")
+
+
 class ModelStageConfig(BaseModel):
     """Where the base model comes from (the workflow config's ``model`` section)."""
 
-    source: Literal["tiny", "hub", "path"] = Field(
-        "tiny", description="tiny: build a random test model; hub: download; path: use a local folder"
+    source: Literal["tiny", "hub", "path", "random"] = Field(
+        "tiny",
+        description="tiny: build a random test model; hub: download; path: use a local folder; "
+        "random: random weights of a real architecture (random.shape) with a full Llama 3 tokenizer",
     )
     name_or_path: str = Field(
         "barc0/Llama-3.1-ARC-Potpourri-Induction-8B",
@@ -218,6 +300,9 @@ class ModelStageConfig(BaseModel):
         description="hub files not to download (Meta's original consolidated checkpoints)",
     )
     tiny: TinyModelConfig = Field(default_factory=TinyModelConfig, description="the tiny model (source tiny)")
+    random: RandomModelConfig = Field(
+        default_factory=RandomModelConfig, description="the random full-size model (source random)"
+    )
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -229,12 +314,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     config = parse_config(args, ModelStageConfig)
     output = Path(args.output)
-    if config.source == "tiny" and not args.tasks:
-        raise SystemExit("model: source 'tiny' needs --tasks (a tasks parquet to train its tokenizer on)")
+    if config.source in ("tiny", "random") and not args.tasks:
+        raise SystemExit(f"model: source {config.source!r} needs --tasks (a tasks parquet to train its tokenizer on)")
     started = time.perf_counter()
     with _staging_dir(output) as staging:
         if config.source == "tiny":
             info = build_tiny_model(Path(args.tasks), staging, config.tiny)
+        elif config.source == "random":
+            info = build_random_model(Path(args.tasks), staging, config.random)
         elif config.source == "hub":
             info = download_hub_model(config, staging)
         else:
@@ -406,6 +493,132 @@ def build_tiny_model(tasks_path: Path, output: Path, config: TinyModelConfig) ->
     }
 
 
+# ---------------------------------------------------------------- random full-size model
+
+
+def llama3_tokenizer(texts: list[str], bpe_vocab_size: int, max_length: int) -> Any:
+    """A byte-level BPE learnt from ``texts``, padded to the Llama 3 vocabulary with its special ids.
+
+    Filler tokens (never produced: no merge leads to them) fill the ids between the learnt BPE and
+    128,000, so that the 256 special tokens land at their real ids.
+    """
+    from tokenizers import Tokenizer
+    from transformers import PreTrainedTokenizerFast
+
+    learnt = train_tokenizer(texts, bpe_vocab_size, max_length)._tokenizer
+    data = json.loads(learnt.to_str())
+    vocab = {token: i for token, i in data["model"]["vocab"].items() if token not in SPECIAL_TOKENS}
+    # Renumber densely (the learnt specials sat at ids 0-7), then fill up to the first special id.
+    vocab = {token: i for i, token in enumerate(sorted(vocab, key=vocab.__getitem__))}
+    vocab.update((f"<|filler_{i}|>", i) for i in range(len(vocab), LLAMA3_FIRST_SPECIAL_ID))
+    data["model"]["vocab"] = vocab
+    data["added_tokens"] = [
+        {
+            "id": LLAMA3_FIRST_SPECIAL_ID + i,
+            "content": token,
+            "single_word": False,
+            "lstrip": False,
+            "rstrip": False,
+            "normalized": False,
+            "special": True,
+        }
+        for i, token in enumerate(LLAMA3_SPECIAL_TOKENS)
+    ]
+    for processor in data["post_processor"]["processors"]:
+        if processor["type"] == "TemplateProcessing":
+            processor["special_tokens"][BEGIN_OF_TEXT_TOKEN]["ids"] = [LLAMA3_FIRST_SPECIAL_ID]
+    tokenizer = Tokenizer.from_str(json.dumps(data))
+    if tokenizer.get_vocab_size() != LLAMA3_VOCAB_SIZE:
+        raise RuntimeError(f"built a vocabulary of {tokenizer.get_vocab_size()} tokens, not {LLAMA3_VOCAB_SIZE}")
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer,
+        bos_token=BEGIN_OF_TEXT_TOKEN,
+        eos_token=END_OF_TURN_TOKEN,
+        pad_token=PAD_TOKEN,
+        chat_template=LLAMA31_CHAT_TEMPLATE,
+        model_max_length=max_length,
+        clean_up_tokenization_spaces=False,
+    )
+
+
+def build_random_model(tasks_path: Path, output: Path, config: RandomModelConfig) -> dict[str, Any]:
+    """Write random weights of ``config.shape`` and a full Llama 3 tokenizer into ``output``."""
+    import torch
+    from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
+
+    from arc_pipeline.io import InputFileError, read_frame
+    from arc_pipeline.schemas import TASKS_SCHEMA
+    from arc_pipeline.task_files import tasks_from_frame
+
+    frame = read_frame(tasks_path, TASKS_SCHEMA)
+    if frame.height == 0:
+        raise InputFileError(f"{tasks_path}: no tasks to train the tokenizer on")
+    tasks = tasks_from_frame(frame.head(config.corpus_tasks), str(tasks_path))
+    shape = config.shape
+    tokenizer = llama3_tokenizer(tokenizer_corpus(tasks, config.corpus_tasks), config.bpe_vocab_size, 131072)
+    stop_ids = [tokenizer.convert_tokens_to_ids(token) for token in (END_OF_TEXT_TOKEN, "<|eom_id|>", END_OF_TURN_TOKEN)]
+    model_config = LlamaConfig(
+        vocab_size=LLAMA3_VOCAB_SIZE,
+        hidden_size=shape.hidden_size,
+        intermediate_size=shape.intermediate_size,
+        num_hidden_layers=shape.num_hidden_layers,
+        num_attention_heads=shape.num_attention_heads,
+        num_key_value_heads=shape.num_key_value_heads,
+        head_dim=shape.hidden_size // shape.num_attention_heads,
+        max_position_embeddings=shape.max_position_embeddings,
+        rms_norm_eps=1e-5,
+        rope_theta=shape.rope_theta,
+        rope_scaling=shape.rope_scaling,
+        tie_word_embeddings=False,
+        hidden_act="silu",
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=stop_ids,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    device = config.device
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    dtype = getattr(torch, config.dtype)
+    started = time.perf_counter()
+    torch.manual_seed(config.seed)
+    # Initialised on the device in the target dtype: an 8B model in float32 on a CPU takes minutes.
+    default_dtype = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        with torch.device(device):
+            model = LlamaForCausalLM(model_config)
+    finally:
+        torch.set_default_dtype(default_dtype)
+    init_seconds = time.perf_counter() - started
+    warmup: dict[str, Any] = {}
+    if config.warmup_steps:
+        warmup = warm_up(model, tokenizer, tasks, config)
+    model.generation_config = GenerationConfig(
+        bos_token_id=tokenizer.bos_token_id, eos_token_id=stop_ids, pad_token_id=tokenizer.pad_token_id
+    )
+    started = time.perf_counter()
+    model.save_pretrained(output)
+    tokenizer.save_pretrained(output)
+    save_seconds = time.perf_counter() - started
+    n_params = sum(parameter.numel() for parameter in model.parameters())
+    log.info(
+        "random model: %d parameters (%s, %s), vocabulary %d; init %.1f s, save %.1f s",
+        n_params, config.dtype, device, len(tokenizer), init_seconds, save_seconds,
+    )
+    return {
+        "source": "random",
+        "name": f"random-llama-{n_params / 1e9:.1f}b-seed{config.seed}",
+        "tasks": str(tasks_path),
+        "parameters": n_params,
+        "vocab_size": len(tokenizer),
+        "device": device,
+        "init_seconds": round(init_seconds, 2),
+        "save_seconds": round(save_seconds, 2),
+        "config": config.model_dump(),
+        "warmup": warmup,
+    }
+
+
 # ---------------------------------------------------------------- answer-format warm-up
 
 WARMUP_TAIL = (8, 24)  # an example keeps the last 8..24 tokens of a real prompt
@@ -441,7 +654,9 @@ def warmup_prompts(tasks: list[Any], tokenizer: Any, rng: Any) -> list[tuple[lis
     return prompts
 
 
-def warm_up(model: Any, tokenizer: Any, tasks: list[Any], config: TinyModelConfig) -> dict[str, Any]:
+def warm_up(
+    model: Any, tokenizer: Any, tasks: list[Any], config: TinyModelConfig | RandomModelConfig
+) -> dict[str, Any]:
     """Teach the random model the answer format, in place: a short supervised fine-tuning.
 
     Without it a random model never writes a fenced program, every prediction fails to parse and the
@@ -467,7 +682,9 @@ def warm_up(model: Any, tokenizer: Any, tasks: list[Any], config: TinyModelConfi
         torch.set_num_threads(threads)
 
 
-def _warm_up(model: Any, tokenizer: Any, tasks: list[Any], config: TinyModelConfig) -> dict[str, Any]:
+def _warm_up(
+    model: Any, tokenizer: Any, tasks: list[Any], config: TinyModelConfig | RandomModelConfig
+) -> dict[str, Any]:
     import math
 
     import numpy as np
@@ -487,6 +704,7 @@ def _warm_up(model: Any, tokenizer: Any, tasks: list[Any], config: TinyModelConf
     }
     bos, pad = tokenizer.bos_token_id, tokenizer.pad_token_id
     dtype = next(model.parameters()).dtype
+    device = next(model.parameters()).device  # the random 8B model warms up on the GPU
     blocked = torch.finfo(dtype).min
     torch.manual_seed(config.seed)
     model.train()
@@ -523,6 +741,7 @@ def _warm_up(model: Any, tokenizer: Any, tasks: list[Any], config: TinyModelConf
             bias[row, 0, :, 1 : 1 + sample] = scale
             bias[row, 0, :, len(ids) :] = blocked  # padding
         bias.masked_fill_(~causal, blocked)
+        input_ids, position_ids, targets, bias = (t.to(device) for t in (input_ids, position_ids, targets, bias))
         hidden = model.model(input_ids=input_ids, position_ids=position_ids, attention_mask=bias).last_hidden_state
         scored = targets != -100
         logits = model.lm_head(hidden[scored])  # only where a target is: most positions are prompt
@@ -533,6 +752,7 @@ def _warm_up(model: Any, tokenizer: Any, tasks: list[Any], config: TinyModelConf
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)
         losses.append(loss.item())
+    del optimizer, scheduler  # the AdamW state of an 8B model is 32 GiB: free it before saving
     model.eval()
     seconds = time.perf_counter() - started
     final = float(np.mean(losses[-10:]))
