@@ -1,7 +1,7 @@
 """What runs in the process forked for one program: confine it, run the program, write one record.
 
 Everything here happens after fork, so the program's changes to modules, builtins or numpy die with
-this process; the worker it was forked from never runs program code.
+this process; the worker it was forked from never runs program code and never holds job data.
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ from arc_pipeline.sandbox.program import PRELUDE, prepare_code
 from arc_pipeline.sandbox.types import INVALID_OUTPUT, MAX_MESSAGE_CHARS, MISSING_TRANSFORM, UNSAFE
 
 READY = b"S"
-SETUP_FAILED = b"F"
 _PRELUDE_CODE = compile(PRELUDE, "<prelude>", "exec")
 _MEMORY_RECORD = protocol.encode_error("MemoryError", "out of memory")
 _BUILTINS = dict(builtins.__dict__)
@@ -104,34 +103,48 @@ def _execute(code: str, inputs: list[np.ndarray]) -> bytes:
     return protocol.encode_outputs(grids)
 
 
-def run(job: tuple[int, str, list[np.ndarray]], write_fd: int, devnull_fd: int, zygote_pid: int,
+def _read_job(job_fd: int) -> tuple[int, str, list[np.ndarray]]:
+    body = protocol.read_frame(job_fd)
+    if body is None:
+        raise EOFError("the job pipe closed before a whole job arrived")
+    os.close(job_fd)
+    return protocol.decode_job(body)
+
+
+def run(job_fd: int, record_fd: int, ready_fd: int, devnull_fd: int, zygote_pid: int,
         isolation: Isolation, use_audit_hook: bool) -> NoReturn:
-    """Never returns: the process ends with os._exit whatever happens."""
-    _, code, inputs = job
+    """Never returns: the process ends with os._exit whatever happens.
+
+    The job is read only after the process has confined itself, and straight from the pipeline; the
+    record goes straight back to the pipeline. The worker only learns that setup finished.
+    """
     try:
         try:
-            isolation.apply(write_fd, devnull_fd, zygote_pid)
+            isolation.apply((job_fd, record_fd, ready_fd), devnull_fd, zygote_pid)
             if use_audit_hook:
 
                 def report(description: str) -> None:
                     try:
-                        _write_all(write_fd, protocol.encode_error(UNSAFE, f"forbidden: {description}"))
+                        _write_all(record_fd, protocol.encode_error(UNSAFE, f"forbidden: {description}"))
                     finally:
                         os._exit(0)
 
                 sys.addaudithook(audit.make_hook(isolation.readable.files, isolation.readable.listings, report))
         except BaseException as error:
-            _write_all(write_fd, SETUP_FAILED + f"{type(error).__name__}: {error}".encode()[:500])
+            reason = f"{type(error).__name__}: {error}".encode()[:500]
+            _write_all(record_fd, protocol.SETUP_FAILED_RECORD + reason)
             os._exit(3)
-        _write_all(write_fd, READY)
+        _write_all(ready_fd, READY)
+        os.close(ready_fd)  # the program never gets a channel into the worker
         try:
+            _, code, inputs = _read_job(job_fd)
             record = _execute(code, inputs)
         except MemoryError:
             record = _MEMORY_RECORD
-        _write_all(write_fd, record)
+        _write_all(record_fd, record)
     except MemoryError:
         try:
-            _write_all(write_fd, _MEMORY_RECORD)
+            _write_all(record_fd, _MEMORY_RECORD)
         except BaseException:
             pass
     except BaseException:

@@ -108,8 +108,10 @@ class Isolation:
     drop_capabilities: bool = False
     seccomp_filter: seccomp.CompiledFilter | None = None
 
-    def apply(self, keep_fd: int, devnull_fd: int, zygote_pid: int) -> None:
-        """Confine the calling child process for good. Raises on any failure (fail closed)."""
+    def apply(self, keep_fds: tuple[int, ...], devnull_fd: int, zygote_pid: int) -> None:
+        """Confine the calling child process for good, closing every fd but ``keep_fds`` (all > 2).
+
+        Raises on any failure (fail closed)."""
         for target in (0, 1, 2):
             os.dup2(devnull_fd, target)
         cpu = max(1, math.ceil(self.timeout_s)) + 1
@@ -143,8 +145,11 @@ class Isolation:
                 raise OSError(ctypes.get_errno(), "PR_SET_NO_NEW_PRIVS failed")
             if _syscall(_NR_LANDLOCK_RESTRICT_SELF, self.landlock_fd, 0) != 0:
                 raise OSError(ctypes.get_errno(), "landlock_restrict_self failed")
-        os.closerange(3, keep_fd)
-        os.closerange(keep_fd + 1, 2**31 - 1)
+        low = 3
+        for fd in sorted(keep_fds):
+            os.closerange(low, fd)
+            low = fd + 1
+        os.closerange(low, 2**31 - 1)
         if self.use_seccomp:
             seccomp.install(_LIBC, os.getpid(), self.seccomp_filter)
 

@@ -2,13 +2,19 @@
 
 Nothing here is pickled: a hostile program controls every byte its process writes, so the parent
 decodes them with :func:`decode_record`, which checks every length, count, shape and value and rejects
-anything else. Layouts (little-endian):
+anything else. The worker that forks the programs never sees a job or a record: the pipeline hands it
+two pipe ends per job and the forked process reads its job from one and writes its record to the other.
+Layouts (little-endian):
 
-- job (parent -> worker): ``u32 job_id, u32 code_len, u16 n_inputs, code, n x (u16 rows, u16 cols, cells)``
-- reply (worker -> parent): ``u32 job_id, u8 status, i32 detail, f64 duration_s, record``
-- record (program process -> worker, forwarded untouched): ``b"O", u16 n, n x (u8 rows, u8 cols, cells)``
-  for outputs, or ``b"E", u8 len, type name, u16 len, utf-8 message`` for an error.
-- frames on the worker's pipes: ``u32 length, body``.
+- control (pipeline -> worker, one SOCK_SEQPACKET message): ``u32 job_id`` with two file descriptors
+  attached, the read end of the job pipe and the write end of the record pipe.
+- status (worker -> pipeline, one message): ``u32 job_id, u8 status, i32 detail, f64 duration_s``.
+- job (pipeline -> program process, one frame on the job pipe):
+  ``u32 job_id, u32 code_len, u16 n_inputs, code, n x (u16 rows, u16 cols, cells)``
+- record (program process -> pipeline, the whole record pipe): ``b"O", u16 n, n x (u8 rows, u8 cols,
+  cells)`` for outputs, ``b"E", u8 len, type name, u16 len, utf-8 message`` for an error, or, when
+  isolation could not be set up (no program code ran), ``b"F"`` and a utf-8 reason.
+- frames: ``u32 length, body``.
 """
 
 from __future__ import annotations
@@ -25,15 +31,19 @@ MAX_SIDE = 30
 MAX_FRAME = 64 * 1024 * 1024
 _TYPE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
 
-# reply statuses
+# statuses the worker reports
 EXITED = 0  # detail: exit code
 SIGNALED = 1  # detail: signal number
 TIMED_OUT = 2
-TOO_LARGE = 3
-SETUP_FAILED = 4  # record: utf-8 reason
+TOO_LARGE = 3  # decided by the pipeline, which stops reading a record longer than any valid one
+SETUP_FAILED = 4  # the record pipe holds b"F" and the reason, if the process got that far
+
+#: First byte of the record when isolation setup failed.
+SETUP_FAILED_RECORD = b"F"
 
 _JOB_HEAD = struct.Struct("<IIH")
 _REPLY_HEAD = struct.Struct("<IBid")
+CONTROL = struct.Struct("<I")
 _LEN = struct.Struct("<I")
 
 
@@ -56,7 +66,7 @@ def encode_job(job_id: int, code: str, inputs: list[np.ndarray]) -> bytes:
 
 
 def decode_job(body: bytes) -> tuple[int, str, list[np.ndarray]]:
-    """Worker side (trusted sender): the job id, the code and the inputs as int64 arrays (like BARC)."""
+    """Program process side (trusted sender): the job id, the code and the inputs as int64 arrays (like BARC)."""
     job_id, code_len, n_inputs = _JOB_HEAD.unpack_from(body, 0)
     offset = _JOB_HEAD.size
     code = body[offset : offset + code_len].decode("utf-8", errors="surrogatepass")
@@ -71,19 +81,18 @@ def decode_job(body: bytes) -> tuple[int, str, list[np.ndarray]]:
     return job_id, code, inputs
 
 
-def encode_reply(job_id: int, status: int, detail: int, duration_s: float, record: bytes) -> bytes:
-    return _REPLY_HEAD.pack(job_id, status, detail, duration_s) + record
+def encode_status(job_id: int, status: int, detail: int, duration_s: float) -> bytes:
+    return _REPLY_HEAD.pack(job_id, status, detail, duration_s)
 
 
-def decode_reply(body: bytes) -> tuple[int, int, int, float, bytes]:
-    if len(body) < _REPLY_HEAD.size:
-        raise ProtocolError("reply shorter than its header")
-    job_id, status, detail, duration = _REPLY_HEAD.unpack_from(body, 0)
-    return job_id, status, detail, duration, body[_REPLY_HEAD.size :]
+def decode_status(body: bytes) -> tuple[int, int, int, float]:
+    if len(body) != _REPLY_HEAD.size:
+        raise ProtocolError(f"status of {len(body)} bytes, expected {_REPLY_HEAD.size}")
+    return _REPLY_HEAD.unpack(body)
 
 
 def max_record_size(n_inputs: int) -> int:
-    error_record = 1 + 1 + 64 + 2 + 4 * MAX_MESSAGE_CHARS
+    error_record = max(1 + 1 + 64 + 2 + 4 * MAX_MESSAGE_CHARS, 1 + 500)
     return max(error_record, 3 + n_inputs * (2 + MAX_SIDE * MAX_SIDE))
 
 

@@ -8,6 +8,7 @@ import logging
 import os
 import select
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -39,14 +40,16 @@ _logged_mechanisms = False
 
 
 def _worker_environment() -> dict[str, str]:
-    """A minimal environment: no tokens or credentials from the pipeline's environment reach programs."""
+    """A minimal environment: no tokens or credentials from the pipeline's environment reach programs.
+
+    No PYTHONPATH either: the worker starts with the interpreter's own paths only (see _Worker.start).
+    """
     env = {
         "PATH": "/usr/bin:/bin",
         "LANG": "C.UTF-8",
         "PYTHONHASHSEED": "0",  # set and dict orders of strings identical in every worker
         "PYTHONDONTWRITEBYTECODE": "1",
         "MALLOC_ARENA_MAX": "2",  # threads would otherwise reserve 64 MiB of address space each
-        "PYTHONPATH": os.pathsep.join([_PACKAGE_PARENT] + [p for p in sys.path if p and os.path.isdir(p)]),
     }
     for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS",
                  "VECLIB_MAXIMUM_THREADS"):
@@ -68,10 +71,12 @@ def _result_from_reply(status: int, detail: int, duration: float, record: bytes,
 
     if status == protocol.TIMED_OUT:
         return error(TIMEOUT, f"program exceeded the {timeout_s:g} s limit")
-    if status == protocol.TOO_LARGE:
-        return error(INVALID_OUTPUT, "the program's process wrote more than any valid result takes")
     if status == protocol.SETUP_FAILED:
-        return error(WORKER_CRASHED, "isolation setup failed: " + record.decode("utf-8", "replace"))
+        if record[:1] == protocol.SETUP_FAILED_RECORD:
+            reason = record[1:501].decode("utf-8", "replace")
+        else:
+            reason = "the program's process died or hung during setup"
+        return error(WORKER_CRASHED, "isolation setup failed: " + reason)
     if status == protocol.SIGNALED:
         name = _signal_name(detail)
         if detail == signal.SIGSYS:
@@ -94,20 +99,38 @@ def _result_from_reply(status: int, detail: int, duration: float, record: bytes,
     raise protocol.ProtocolError(f"unknown reply status {status}")
 
 
+def _close_read_end(fd: int) -> None:
+    """Put /dev/null where the pipe's read end was (the caller still closes ``fd``)."""
+    null = os.open(os.devnull, os.O_RDONLY)
+    try:
+        os.dup2(null, fd, inheritable=False)
+    finally:
+        os.close(null)
+
+
 class _Worker:
-    """One worker process (zygote) and the pipes to it; restarted when it dies or wedges."""
+    """One worker process (zygote) and the control socket to it; restarted when it dies or wedges.
+
+    Per program, this side creates two pipes, hands the worker the program's ends, writes the job into
+    one and reads the record from the other: job data never passes through the worker.
+    """
 
     def __init__(self, config: SandboxConfig, audit_hook: bool, common_module: str) -> None:
         self.config = config
         self.audit_hook = audit_hook
         self.common_module = common_module
         self.process: subprocess.Popen | None = None
+        self.control: socket.socket | None = None
         self.mechanisms: dict[str, str] = {}
         self.job_ids = itertools.count(1)
 
     def start(self) -> None:
+        # -s -P and no PYTHONPATH: the worker's sys.path is the interpreter's own (plus this package's
+        # root, appended and removed again before any program runs), not the pipeline's
+        bootstrap = "import sys; sys.path.append(sys.argv.pop(1)); from arc_pipeline.sandbox.zygote import main; main()"
         command = [
-            sys.executable, "-m", "arc_pipeline.sandbox.zygote",
+            sys.executable, "-s", "-P", "-c", bootstrap, _PACKAGE_PARENT,
+            "--package-root", _PACKAGE_PARENT,
             "--timeout-s", repr(self.config.timeout_s),
             "--memory-mb", str(self.config.memory_mb),
             "--parent-pid", str(os.getpid()),
@@ -115,13 +138,21 @@ class _Worker:
         ]
         if not self.audit_hook:
             command.append("--no-audit-hook")
-        self.process = subprocess.Popen(
-            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            env=_worker_environment(), start_new_session=True, close_fds=True,
-        )
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            self.process = subprocess.Popen(
+                command, stdin=theirs.fileno(), stdout=subprocess.DEVNULL,
+                env=_worker_environment(), start_new_session=True, close_fds=True,
+            )
+        except BaseException:
+            ours.close()
+            raise
+        finally:
+            theirs.close()
+        self.control = ours
 
     def wait_ready(self) -> None:
-        body = self._read_frame(time.monotonic() + STARTUP_TIMEOUT_S)
+        body = self._receive(time.monotonic() + STARTUP_TIMEOUT_S)
         if body is None:
             self.process.kill()
             self.process.wait()
@@ -131,29 +162,16 @@ class _Worker:
             )
         self.mechanisms = json.loads(body)
 
-    def _read_frame(self, deadline: float) -> bytes | None:
-        fd = self.process.stdout.fileno()
-        head = self._read_exact(fd, 4, deadline)
-        if head is None:
+    def _receive(self, deadline: float) -> bytes | None:
+        """One message from the worker, or None on timeout or when it is gone."""
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([self.control], [], [], left)[0]:
             return None
-        length = int.from_bytes(head, "little")
-        if length > protocol.MAX_FRAME:
+        try:
+            message = self.control.recv(65536)
+        except OSError:
             return None
-        return self._read_exact(fd, length, deadline) if length else b""
-
-    @staticmethod
-    def _read_exact(fd: int, size: int, deadline: float) -> bytes | None:
-        chunks, remaining = [], size
-        while remaining:
-            left = deadline - time.monotonic()
-            if left <= 0 or not select.select([fd], [], [], left)[0]:
-                return None
-            chunk = os.read(fd, remaining)
-            if not chunk:
-                return None
-            chunks.append(chunk)
-            remaining -= len(chunk)
-        return b"".join(chunks)
+        return message or None
 
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
@@ -164,24 +182,93 @@ class _Worker:
         if not self.alive():
             self.restart()
         started = time.monotonic()
+        outcome = None
         try:
-            protocol.write_frame(self.process.stdin.fileno(), body)
-            reply = self._read_frame(started + self.config.timeout_s + REPLY_GRACE_S)
+            outcome = self._exchange(job_id, body, len(inputs), started)
         except OSError:
-            reply = None
-        if reply is not None:
-            try:
-                reply_id, status, detail, duration, record = protocol.decode_reply(reply)
-                if reply_id == job_id:
-                    return _result_from_reply(status, detail, duration, record, len(inputs),
-                                              self.config.timeout_s)
-            except protocol.ProtocolError:
-                pass
+            pass
+        if outcome is not None:
+            status, detail, duration, record = outcome
+            return _result_from_reply(status, detail, duration, record, len(inputs), self.config.timeout_s)
         # the worker died, wedged or answered nonsense: replace it, record the loss, go on
         self.stop()
         elapsed = time.monotonic() - started
         logger.warning("sandbox worker lost while running a program; starting a new one")
         return ProgramResult(None, WORKER_CRASHED, "the worker process died or stopped answering", elapsed)
+
+    def _exchange(self, job_id: int, body: bytes, n_inputs: int,
+                  started: float) -> tuple[int, int, float, bytes] | None:
+        """Hand the worker the pipe ends, send the job, collect the record and the worker's status."""
+        job_read, job_write = os.pipe()
+        record_read, record_write = os.pipe()
+        try:
+            try:
+                socket.send_fds(self.control, [protocol.CONTROL.pack(job_id)], [job_read, record_write])
+            finally:
+                os.close(job_read)
+                os.close(record_write)
+            try:
+                protocol.write_frame(job_write, body)
+            except BrokenPipeError:
+                pass  # the process died before reading its job; its status says why
+            os.close(job_write)
+            job_write = -1
+            deadline = started + self.config.timeout_s + REPLY_GRACE_S
+            return self._collect(job_id, record_read, n_inputs, deadline)
+        finally:
+            if job_write >= 0:
+                os.close(job_write)
+            if record_read >= 0:
+                os.close(record_read)
+
+    def _collect(self, job_id: int, record_fd: int, n_inputs: int,
+                 deadline: float) -> tuple[int, int, float, bytes] | None:
+        limit = protocol.max_record_size(n_inputs)
+        buffer = bytearray()
+        status_message = None
+        reading = True
+        too_large = False
+        while reading or status_message is None:
+            watched = ([record_fd] if reading else []) + ([self.control] if status_message is None else [])
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            readable, _, _ = select.select(watched, [], [], left)
+            if not readable:
+                return None
+            if reading and record_fd in readable:
+                chunk = os.read(record_fd, 65536)
+                buffer += chunk
+                if not chunk:
+                    reading = False
+                elif len(buffer) > limit:
+                    too_large, reading = True, False
+                    _close_read_end(record_fd)  # its further writes fail at once
+            if status_message is None and self.control in readable:
+                status_message = self.control.recv(64)
+                if not status_message:
+                    return None
+                if reading:  # the process is gone: what it wrote is in the pipe already
+                    os.set_blocking(record_fd, False)
+                    try:
+                        while len(buffer) <= limit:
+                            chunk = os.read(record_fd, 65536)
+                            if not chunk:
+                                break
+                            buffer += chunk
+                    except BlockingIOError:
+                        pass  # a descendant still holds the pipe open; ignore what it may add
+                    too_large = len(buffer) > limit
+                    reading = False
+        try:
+            reply_id, status, detail, duration = protocol.decode_status(status_message)
+        except protocol.ProtocolError:
+            return None
+        if reply_id != job_id:
+            return None
+        if too_large and status != protocol.SETUP_FAILED:
+            return protocol.TOO_LARGE, 0, duration, b""
+        return status, detail, duration, bytes(buffer)
 
     def restart(self) -> None:
         self.stop()
@@ -197,11 +284,9 @@ class _Worker:
             except ProcessLookupError:
                 pass
         self.process.wait()
-        for stream in (self.process.stdin, self.process.stdout):
-            try:
-                stream.close()
-            except (OSError, ValueError):
-                pass
+        if self.control is not None:
+            self.control.close()
+            self.control = None
         self.process = None
 
 

@@ -1,9 +1,9 @@
 """The worker process: imports everything once, then forks one confined child per program.
 
-Started by :class:`arc_pipeline.sandbox.Sandbox` as ``python -m arc_pipeline.sandbox.zygote``. It reads
-job frames on its stdin and writes reply frames on its stdout (see :mod:`protocol`). It never runs
-program code itself; each child is a copy of its warmed-up state, so a program starts in about a
-millisecond and cannot leave anything behind for the next one.
+Started by :class:`arc_pipeline.sandbox.Sandbox` with a SOCK_SEQPACKET socket as its stdin. Per job it
+receives only a job id and two pipe ends, forks, and answers with the child's status (see
+:mod:`protocol`). It never runs program code and never reads a job or a result; each child is a copy
+of its warmed-up state, so a program starts in about a millisecond and holds no byte of other jobs.
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ import json
 import os
 import select
 import signal
+import socket
+import struct
 import sys
 import time
 
@@ -50,6 +52,16 @@ def _reap(pid: int) -> tuple[int, int]:
 
 
 class Zygote:
+    """Forks one confined child per job; never reads a job, an input or a result.
+
+    The pipeline sends, per job, only a job id and two pipe ends (the job pipe's read end and the
+    record pipe's write end). The child reads its job from the first after it has confined itself and
+    writes its record to the second; both go straight to the pipeline. So this process, and with it
+    every later child forked from it, never holds any byte of any program's code, inputs or results.
+    From the child it reads at most one byte, the "isolation is up" signal, on a pipe the child closes
+    before the program's code is compiled.
+    """
+
     def __init__(self, isolation, timeout_s: float, audit_hook: bool) -> None:
         from arc_pipeline.sandbox import child, protocol
 
@@ -60,81 +72,69 @@ class Zygote:
         self.devnull = os.open(os.devnull, os.O_RDWR)
         self.pid = os.getpid()
 
-    def run_job(self, body: bytes) -> bytes:
-        protocol = self.protocol
-        job = protocol.decode_job(body)
-        job_id, _, inputs = job
-        limit = protocol.max_record_size(len(inputs))
-        read_fd, write_fd = os.pipe()
+    def run_job(self, job_id: int, job_fd: int, record_fd: int) -> bytes:
+        """Fork, supervise and reap one child; the status message for the pipeline."""
+        ready_read, ready_write = os.pipe()
         pid = os.fork()
         if pid == 0:
-            os.close(read_fd)
-            self.child.run(job, write_fd, self.devnull, self.pid, self.isolation, self.audit_hook)
-        os.close(write_fd)
+            os.close(ready_read)
+            self.child.run(job_fd, record_fd, ready_write, self.devnull, self.pid, self.isolation,
+                           self.audit_hook)
+        os.close(ready_write)
+        os.close(job_fd)
+        os.close(record_fd)
         pidfd = os.pidfd_open(pid)
         try:
-            return self._supervise(job_id, pid, pidfd, read_fd, limit)
+            return self._supervise(job_id, pid, pidfd, ready_read)
         finally:
             os.close(pidfd)
-            os.close(read_fd)
+            os.close(ready_read)
 
-    def _supervise(self, job_id: int, pid: int, pidfd: int, read_fd: int, limit: int) -> bytes:
+    def _supervise(self, job_id: int, pid: int, pidfd: int, ready_fd: int) -> bytes:
         protocol = self.protocol
-        os.set_blocking(read_fd, False)
-        buffer = bytearray()
         started = None
         deadline = time.monotonic() + SETUP_DEADLINE_S
-        eof = exited = False
-        status = None
+        ready_open = True
+        exited = False
         while not exited:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                status = protocol.TIMED_OUT if started is not None else protocol.SETUP_FAILED
                 break
-            watched = [pidfd] if eof else [pidfd, read_fd]
+            watched = [pidfd, ready_fd] if ready_open else [pidfd]
             readable, _, _ = select.select(watched, [], [], remaining)
-            if read_fd in readable:
-                chunk = os.read(read_fd, 65536)
-                if not chunk:
-                    eof = True
-                buffer += chunk
-                if started is None and buffer:
-                    if buffer[:1] == self.child.READY:
-                        started = time.monotonic()
-                        deadline = started + self.timeout_s
-                        del buffer[:1]
-                    elif buffer[:1] != self.child.SETUP_FAILED:
-                        status = protocol.SETUP_FAILED
-                        buffer = bytearray(b"child wrote before setup finished")
-                        break
-                if len(buffer) > limit + 1024:
-                    status = protocol.TOO_LARGE
-                    break
+            if ready_fd in readable:
+                signal_byte = os.read(ready_fd, 1)  # one byte at most: nothing else enters this process
+                ready_open = False
+                if signal_byte == self.child.READY and started is None:
+                    started = time.monotonic()
+                    deadline = started + self.timeout_s
             if pidfd in readable:
                 exited = True
         ended = time.monotonic()
+        duration = ended - (started or ended)
         if not exited:
             signal.pidfd_send_signal(pidfd, signal.SIGKILL)
             _reap(pid)
-            record = bytes(buffer[:500]) if status == protocol.SETUP_FAILED else b""
-            return protocol.encode_reply(job_id, status, 0, ended - (started or ended), record)
-        while not eof:  # the child is gone: drain what it left in the pipe
-            try:
-                chunk = os.read(read_fd, 65536)
-            except BlockingIOError:
-                break
-            eof = not chunk
-            buffer += chunk
-            if len(buffer) > limit + 1024:
-                return protocol.encode_reply(job_id, protocol.TOO_LARGE, 0, ended - started, b"")
+            status = protocol.TIMED_OUT if started is not None else protocol.SETUP_FAILED
+            return protocol.encode_status(job_id, status, 0, duration)
         kind, detail = _reap(pid)
         if started is None:
-            reason = bytes(buffer[1:500]) if buffer[:1] == self.child.SETUP_FAILED else b"child died during setup"
-            return protocol.encode_reply(job_id, protocol.SETUP_FAILED, detail, 0.0, reason)
-        if len(buffer) > limit:
-            return protocol.encode_reply(job_id, protocol.TOO_LARGE, 0, ended - started, b"")
+            return protocol.encode_status(job_id, protocol.SETUP_FAILED, detail, 0.0)
         status = protocol.SIGNALED if kind == 1 else protocol.EXITED
-        return protocol.encode_reply(job_id, status, detail, ended - started, bytes(buffer))
+        return protocol.encode_status(job_id, status, detail, duration)
+
+
+def _receive_job(control: socket.socket) -> tuple[int, int, int] | None:
+    """(job_id, job_fd, record_fd) from the pipeline, or None when it closed the socket."""
+    message, fds, _, _ = socket.recv_fds(control, 64, 2)
+    if not message and not fds:
+        return None
+    if len(message) != 4 or len(fds) != 2:
+        for fd in fds:
+            os.close(fd)
+        raise RuntimeError(f"malformed control message ({len(message)} bytes, {len(fds)} descriptors)")
+    (job_id,) = struct.unpack("<I", message)
+    return job_id, fds[0], fds[1]
 
 
 def main() -> None:
@@ -144,10 +144,12 @@ def main() -> None:
     parser.add_argument("--parent-pid", type=int, required=True)
     parser.add_argument("--common-module", default="arc_pipeline.runtime.common")
     parser.add_argument("--no-audit-hook", action="store_true")
+    parser.add_argument("--package-root", default=None)
     args = parser.parse_args()
+    sys.argv[:] = ["arc_pipeline.sandbox.zygote"]
 
-    # keep the protocol pipes away from fds 0/1 so that a stray print cannot corrupt a frame
-    command_in, reply_out = os.dup(0), os.dup(1)
+    # the control socket leaves fd 0, so that a stray print or read cannot touch it
+    control = socket.socket(fileno=os.dup(0))
     null = os.open(os.devnull, os.O_RDWR)
     os.dup2(null, 0)
     os.dup2(null, 1)
@@ -163,20 +165,26 @@ def main() -> None:
     iso = isolation.prepare(args.timeout_s, args.memory_mb)
     mechanisms.update(iso.mechanisms)
     mechanisms["audit hook"] = "off" if args.no_audit_hook else "names forbidden Python-level operations"
+    mechanisms["job data"] = "each program process reads its own job from the pipeline; the worker holds none"
     start_dir = os.getcwd()
     os.chdir("/")
-    sys.path[:] = [entry for entry in sys.path if entry and entry != start_dir]
+    # a program sees only the interpreter's own paths, not the pipeline's layout or working directory
+    hidden = {start_dir, args.package_root}
+    sys.path[:] = [entry for entry in sys.path if entry and entry not in hidden]
     zygote = Zygote(iso, args.timeout_s, not args.no_audit_hook)
     gc.collect()
     gc.freeze()  # keeps the shared pages shared after fork
-    protocol.write_frame(reply_out, json.dumps(mechanisms).encode())
+    control.send(json.dumps(mechanisms).encode())
     while True:
-        body = protocol.read_frame(command_in)
-        if body is None:  # the pipeline closed the pipe or died
+        try:
+            job = _receive_job(control)
+        except ConnectionError:
+            return
+        if job is None:  # the pipeline closed the socket or died
             return
         try:
-            protocol.write_frame(reply_out, zygote.run_job(body))
-        except BrokenPipeError:
+            control.send(zygote.run_job(*job))
+        except (BrokenPipeError, ConnectionError):
             return
 
 
