@@ -23,6 +23,7 @@ from arc_pipeline.sandbox.program import extract_code
 from arc_pipeline.sandbox.types import INVALID_OUTPUT, PARSING_CODE_FAILED
 from arc_pipeline.schemas import EXECUTIONS_SCHEMA
 from arc_pipeline.scoring.fingerprint import fingerprint
+from arc_pipeline.scoring.rules import apply_rules
 from arc_pipeline.scoring.scores import empty_row, partition_scores
 
 # columns of a predictions frame this module reads
@@ -116,17 +117,22 @@ class PreparedRun:
 ScoringItem = tuple[dict[str, Any], Task, Augmentation, ProgramResult]
 
 
-def prepare_run(predictions: pl.DataFrame, tasks: Mapping[str, Task]) -> PreparedRun:
-    """Extract each program and augment its task's train then test inputs with its parameters."""
+def prepare_run(predictions: pl.DataFrame, tasks: Mapping[str, Task], rules: str = "strict") -> PreparedRun:
+    """Extract each program and augment its task's train then test inputs with its parameters.
+
+    ``rules`` (:mod:`arc_pipeline.scoring.rules`): under ``published`` some programs are refused
+    before they run and the others get the researchers' output casting and checks.
+    """
     check_predictions(predictions, tasks)
     inputs_cache: dict[tuple[str, Augmentation], list[Grid]] = {}
     prepared = PreparedRun([], [], [])
     for row in predictions.select(NEEDED_COLUMNS).iter_rows(named=True):
         base = {"prediction_id": row["prediction_id"], "task_id": row["task_id"], "turn": row["turn"]}
-        code = extract_code(row["text"])
-        if code is None:
-            prepared.rows.append(_failed_row(base, False, PARSING_CODE_FAILED,
-                                             "no fenced python code block in the completion", 0.0))
+        task = tasks[row["task_id"]]
+        program = apply_rules(extract_code(row["text"]), len(task.train) + len(task.test), rules)
+        if program.run is None:
+            prepared.rows.append(_failed_row(base, program.has_code, program.error_type or PARSING_CODE_FAILED,
+                                             program.message, 0.0))
             continue
         augmentation = Augmentation.from_row(row)
         key = (row["task_id"], augmentation)
@@ -134,7 +140,7 @@ def prepare_run(predictions: pl.DataFrame, tasks: Mapping[str, Task]) -> Prepare
             inputs_cache[key] = _augmented_inputs(tasks[row["task_id"]], augmentation)
         prepared.pending.append((len(prepared.rows), base, row["task_id"], augmentation))
         prepared.rows.append(None)
-        prepared.jobs.append((code, inputs_cache[key]))
+        prepared.jobs.append((program.run, inputs_cache[key]))
     return prepared
 
 
@@ -168,13 +174,14 @@ def execute_predictions(
     tasks: Mapping[str, Task],
     sandbox: Sandbox,
     progress: bool = True,
+    rules: str = "strict",
 ) -> pl.DataFrame:
     """Run every prediction's program (one sandbox job each) and score it: an EXECUTIONS_SCHEMA frame.
 
     Rows keep the predictions' order, ``prediction_id``, ``task_id`` and ``turn``. Completions
     without a ```` ```python ```` block get ``ParsingCodeFailed`` and ``has_code`` False.
     """
-    prepared = prepare_run(predictions, tasks)
+    prepared = prepare_run(predictions, tasks, rules)
     items = run_jobs(sandbox, prepared, tasks, progress)
     return finish_run(prepared, score_items(items))
 

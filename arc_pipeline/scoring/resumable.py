@@ -151,11 +151,12 @@ def execute_resumable(
     progress: bool = True,
     source: str = "predictions",
     scoring_workers: int = 1,
+    rules: str = "strict",
 ) -> Path:
     """Execute ``predictions`` chunk by chunk into the EXECUTIONS_SCHEMA parquet ``output``.
 
     ``scoring_workers`` processes score a chunk's outputs while the sandbox runs the next one
-    (0: score in this process).
+    (0: score in this process). ``rules``: the execution rules (:mod:`arc_pipeline.scoring.rules`).
     """
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be positive, got {chunk_size}")
@@ -163,7 +164,7 @@ def execute_resumable(
     output = Path(output)
     folder = partial_dir(output)
     folder.mkdir(parents=True, exist_ok=True)
-    limits = _limits(sandbox_config)
+    limits = f"{_limits(sandbox_config)}:rules={rules}"  # changing the rules reruns every chunk
     task_digests: dict[str, str] = {}
     n_chunks = max(1, -(-predictions.height // chunk_size))
     plan: list[tuple[int, pl.DataFrame, Path]] = []
@@ -183,7 +184,7 @@ def execute_resumable(
         try:
             with Sandbox(sandbox_config) as sandbox:
                 for index, chunk, path in todo:
-                    prepared = prepare_run(chunk, tasks)
+                    prepared = prepare_run(chunk, tasks, rules)
                     items = run_jobs(sandbox, prepared, tasks, progress)
                     scoring.submit(index, path, prepared, items, chunk.height)
             scoring.flush(block=True)

@@ -12,6 +12,7 @@ import logging
 import os
 import time
 from pathlib import Path
+from typing import Literal
 
 import polars as pl
 import pyarrow as pa
@@ -52,6 +53,9 @@ class ExecuteConfig(BaseModel):
         None, description="processes scoring one chunk while the sandbox runs the next "
                           "(default: a quarter of workers, at least 1; 0: in the main process)")
     progress: bool = Field(True, description="show a progress bar per chunk")
+    rules: Literal["strict", "published"] = Field(
+        "strict", description="execution rules (arc_pipeline/scoring/rules.py): strict = the project's; "
+                              "published = the researchers' runner (see docs/reproduction.md)")
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -85,12 +89,13 @@ def run(args: argparse.Namespace) -> None:
     started = time.monotonic()
     predictions, tasks = _read_inputs(args)
     sandbox_config = SandboxConfig(workers=config.workers, timeout_s=config.timeout_s, memory_mb=config.memory_mb)
-    log.info("executing %d predictions of %d tasks with %d workers (timeout %.1f s, memory %d MiB)",
+    log.info("executing %d predictions of %d tasks with %d workers (timeout %.1f s, memory %d MiB, %s rules)",
              predictions.height, predictions["task_id"].n_unique(), config.workers, config.timeout_s,
-             config.memory_mb)
+             config.memory_mb, config.rules)
     scoring_workers = max(1, config.workers // 4) if config.scoring_workers is None else config.scoring_workers
     execute_resumable(predictions, tasks, sandbox_config, args.executions, chunk_size=config.chunk_size,
-                      progress=config.progress, source=str(args.predictions), scoring_workers=scoring_workers)
+                      progress=config.progress, source=str(args.predictions), scoring_workers=scoring_workers,
+                      rules=config.rules)
 
     executions = pl.read_parquet(args.executions, columns=list(EXECUTION_COLUMNS))
     task_ids = executions["task_id"].unique().to_list()

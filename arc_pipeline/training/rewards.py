@@ -18,6 +18,7 @@ import numpy as np
 from arc_pipeline.sandbox.program import extract_code
 from arc_pipeline.sandbox.types import PARSING_CODE_FAILED
 from arc_pipeline.scoring.rewards import compute_reward
+from arc_pipeline.scoring.rules import apply_rules, check_rules
 from arc_pipeline.training.completion_stats import CompletionOutcome, batch_metrics
 
 log = logging.getLogger(__name__)
@@ -39,7 +40,8 @@ class ArcReward:
 
     ``sandbox`` runs ``(code, inputs)`` jobs (``run_many``); the reward is ``compute_reward(name,
     outputs, train_truth, test_truth)`` over the train then test inputs. A truncated completion gets
-    ``truncated_reward`` instead when that is set.
+    ``truncated_reward`` instead when that is set. ``rules``: the execution rules
+    (:mod:`arc_pipeline.scoring.rules`); the published RL rewards were computed under ``published``.
     """
 
     def __init__(
@@ -48,8 +50,10 @@ class ArcReward:
         sandbox: Any,
         stop_token_ids: Iterable[int],
         truncated_reward: float | None = None,
+        rules: str = "strict",
     ) -> None:
         self.__name__ = reward_name  # TRL logs rewards/<__name__>/mean
+        self.rules = check_rules(rules)
         self.reward_name = reward_name
         self.sandbox = sandbox
         self.stop_token_ids = frozenset(int(i) for i in stop_token_ids)
@@ -67,11 +71,14 @@ class ArcReward:
     ) -> list[CompletionOutcome]:
         """Execute and score every completion; the per-completion outcome (reward, truncation, error)."""
         n = len(completions)
-        codes = [extract_code(text) for text in completions]
+        programs = []
         jobs, job_rows = [], []
-        for index, code in enumerate(codes):
-            if code is not None:
-                jobs.append((code, _grids(train_inputs[index]) + _grids(test_inputs[index])))
+        for index, text in enumerate(completions):
+            inputs = _grids(train_inputs[index]) + _grids(test_inputs[index])
+            program = apply_rules(extract_code(text), len(inputs), self.rules)
+            programs.append(program)
+            if program.run is not None:
+                jobs.append((program.run, inputs))
                 job_rows.append(index)
         results = self.sandbox.run_many(jobs) if jobs else []
         by_row = dict(zip(job_rows, results, strict=True))
@@ -81,7 +88,7 @@ class ArcReward:
             truncated = is_truncated(ids, self.stop_token_ids)
             result = by_row.get(index)
             if result is None:
-                error_type, outputs = PARSING_CODE_FAILED, None
+                error_type, outputs = programs[index].error_type or PARSING_CODE_FAILED, None
             else:
                 error_type, outputs = result.error_type, result.outputs if result.error_type is None else None
             test_truth = None if test_outputs[index] is None else _grids(test_outputs[index])
