@@ -134,9 +134,30 @@ METRICS_SCHEMA = pa.schema(
 ALWAYS_ERROR_TYPES: tuple[str, ...] = ("TimeoutException", "NonDeterministicCode", "UnsafeCode", "ParsingCodeFailed")
 
 
+# The closed set of error types that may name a column of an error table. A program picks the name
+# of the exception it raises, so a name outside this set is counted as OTHER_ERROR_TYPE there (a
+# program's output is data, never an identifier); the raw name stays in the text column error_type.
+OTHER_ERROR_TYPE = "other"
+KNOWN_ERROR_TYPES: tuple[str, ...] = ALWAYS_ERROR_TYPES + (
+    # the sandbox's own (arc_pipeline/sandbox/types.py)
+    "MemoryError", "MissingTransform", "InvalidOutput", "WorkerCrashed",
+    # what programs usually raise: Python's built-in exceptions and numpy's
+    "Exception", "ArithmeticError", "AssertionError", "AttributeError", "EOFError", "FloatingPointError",
+    "ImportError", "IndentationError", "IndexError", "KeyError", "LookupError", "ModuleNotFoundError",
+    "NameError", "NotImplementedError", "OSError", "OverflowError", "RecursionError", "RuntimeError",
+    "StopIteration", "SyntaxError", "SystemExit", "TabError", "TypeError", "UnboundLocalError",
+    "UnicodeError", "ValueError", "ZeroDivisionError", "AxisError", "LinAlgError",
+)
+ERROR_TYPE_COLUMNS: tuple[str, ...] = KNOWN_ERROR_TYPES + (OTHER_ERROR_TYPE,)
+
+
 def errors_schema(error_types: list[str] | tuple[str, ...]) -> pa.Schema:
     """Per-task error table: task_id, n_preds, then the share of predictions with each error type
-    (ALWAYS_ERROR_TYPES first, then the others that occur); the last row "MEAN" averages the tasks."""
+    (ALWAYS_ERROR_TYPES first, then the others that occur, all from ERROR_TYPE_COLUMNS); the last
+    row "MEAN" averages the tasks."""
+    unknown = [name for name in error_types if name not in ERROR_TYPE_COLUMNS]
+    if unknown:
+        raise ValueError(f"error table columns {unknown[:3]!r} are not in ERROR_TYPE_COLUMNS")
     return pa.schema(
         [pa.field("task_id", pa.string(), nullable=False), pa.field("n_preds", pa.float64(), nullable=False)]
         + [pa.field(name, pa.float64(), nullable=False) for name in error_types]
@@ -225,7 +246,7 @@ RUN_KAGGLE_SCHEMA = pa.schema(
 )
 
 # Error analysis of every run, long format: the MEAN over tasks of the share of predictions with
-# each error type (ALWAYS_ERROR_TYPES always present, zero or not).
+# each error type of ERROR_TYPE_COLUMNS that occurs (ALWAYS_ERROR_TYPES always present, zero or not).
 RUN_ERRORS_SCHEMA = pa.schema(
     [
         pa.field("run", pa.string(), nullable=False),

@@ -17,7 +17,7 @@ from arc_pipeline.evaluation.runs import Run
 from arc_pipeline.schemas import ALWAYS_ERROR_TYPES
 from arc_pipeline.scoring.passk import pass_at_k, task_counts
 from arc_pipeline.scoring.submission import Submission, build_submission, score_submission
-from arc_pipeline.scoring.tables import error_table, error_types_in_order, mean_row
+from arc_pipeline.scoring.tables import error_class, error_table, error_types_in_order, mean_row
 from arc_pipeline.scoring.voting import vote
 
 log = logging.getLogger(__name__)
@@ -114,6 +114,10 @@ def errors_wide(errors: pl.DataFrame) -> pl.DataFrame:
     """One row per run (model label), one column per error type: for the markdown table."""
     if errors.height == 0:
         return pl.DataFrame()
-    types = list(dict.fromkeys(errors["error_type"].to_list()))
-    wide = errors.pivot(on="error_type", index=["run", "model"], values="share", maintain_order=True)
+    # only names of the closed vocabulary become columns, whatever the frame holds (a program's
+    # exception name is data; see ERROR_TYPE_COLUMNS)
+    classed = (errors.with_columns(error_class().alias("error_type"))
+               .group_by("run", "model", "error_type", maintain_order=True).agg(pl.col("share").sum()))
+    types = list(dict.fromkeys(classed["error_type"].to_list()))
+    wide = classed.pivot(on="error_type", index=["run", "model"], values="share", maintain_order=True)
     return wide.select("model", "run", *types)

@@ -2,7 +2,8 @@
 
 * :func:`task_metrics`: one row per task plus a last ``MEAN`` row (``METRICS_SCHEMA``).
 * :func:`error_table` / :func:`common_errors`: the share of each error type per task, and the most
-  common errors overall.
+  common errors overall. Error table columns come only from the closed ERROR_TYPE_COLUMNS (other
+  names count as "other"); the raw name a program chose is only ever a cell value.
 * :func:`summary_row` / :func:`runs_table`: one row per run for the evaluation issue (section 11).
 * :func:`to_markdown`: the seeds' formatting: shares as percentages with one decimal ("99.9%").
 
@@ -18,7 +19,13 @@ from typing import Any
 
 import polars as pl
 
-from arc_pipeline.schemas import ALWAYS_ERROR_TYPES, TASK_METRIC_COLUMNS
+from arc_pipeline.schemas import (
+    ALWAYS_ERROR_TYPES,
+    ERROR_TYPE_COLUMNS,
+    KNOWN_ERROR_TYPES,
+    OTHER_ERROR_TYPE,
+    TASK_METRIC_COLUMNS,
+)
 
 MEAN_LABEL = "MEAN"
 INTEGER_COLUMNS = frozenset({"n_preds", "count", "tasks", "initial", "refinement"})
@@ -98,25 +105,41 @@ def mean_row(metrics: pl.DataFrame) -> dict[str, Any]:
     return row.drop("task_id").row(0, named=True)
 
 
+def error_class(column: str = "error_type") -> pl.Expr:
+    """``column`` mapped onto ERROR_TYPE_COLUMNS: known names kept, any other name "other", null kept."""
+    raw = pl.col(column)
+    return (pl.when(raw.is_null()).then(pl.lit(None, dtype=pl.String))
+            .when(raw.is_in(list(KNOWN_ERROR_TYPES))).then(raw)
+            .otherwise(pl.lit(OTHER_ERROR_TYPE)))
+
+
+def _check_columns(names: Sequence[str]) -> None:
+    unknown = [name for name in names if name not in ERROR_TYPE_COLUMNS]
+    if unknown:
+        raise ValueError(f"error types {unknown[:3]!r} are not in ERROR_TYPE_COLUMNS")
+
+
 def error_types_in_order(executions: pl.DataFrame,
                          always: Sequence[str] = ALWAYS_ERROR_TYPES) -> list[str]:
-    """``always`` first, then every other error type that occurs, most frequent first (then by name)."""
-    counts = (executions.filter(pl.col("error_type").is_not_null())
-              .group_by("error_type").agg(pl.len().alias("n"))
-              .sort(["n", "error_type"], descending=[True, False]))
-    others = [name for name in counts["error_type"].to_list() if name not in always]
+    """``always`` first, then every other error class that occurs, most frequent first (then by name)."""
+    _check_columns(always)
+    counts = (executions.select(error_class().alias("error_class")).drop_nulls()
+              .group_by("error_class").agg(pl.len().alias("n"))
+              .sort(["n", "error_class"], descending=[True, False]))
+    others = [name for name in counts["error_class"].to_list() if name not in always]
     return [*always, *others]
 
 
 def error_table(executions: pl.DataFrame, always: Sequence[str] = ALWAYS_ERROR_TYPES) -> pl.DataFrame:
-    """Per task the share of its predictions with each error type, then a ``MEAN`` row.
+    """Per task the share of its predictions with each error class, then a ``MEAN`` row.
 
     Its schema is ``errors_schema(error_types_in_order(executions))``.
     """
     types = error_types_in_order(executions, always)
+    classes = error_class()
     table = executions.group_by("task_id", maintain_order=True).agg(
         pl.len().cast(pl.Float64).alias("n_preds"),
-        *[(pl.col("error_type") == name).fill_null(False).cast(pl.Float64).mean().alias(name) for name in types],
+        *[(classes == name).fill_null(False).cast(pl.Float64).mean().alias(name) for name in types],
     )
     return _with_mean_row(table)
 
