@@ -13,7 +13,7 @@ import importlib
 import logging
 import sys
 
-from arc_pipeline.logging_setup import setup_logging
+from arc_pipeline.logging_setup import output_to_log, setup_logging
 
 # command name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -37,7 +37,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="arc-pipeline", description=__doc__.splitlines()[0])
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
-    parser.add_argument("--log-file", help="also write the log to this file")
+    parser.add_argument("--log-file", help="also write everything the command prints (its log, library output, "
+                        "warnings, the error with its traceback) to this file")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, (_, help_text) in COMMANDS.items():
         subparsers.add_parser(name, help=help_text, add_help=False)
@@ -54,10 +55,29 @@ def main(argv: list[str] | None = None) -> int:
     command_parser = argparse.ArgumentParser(prog=f"arc-pipeline {known.command}", description=help_text)
     module.configure(command_parser)
     args = command_parser.parse_args(rest)
-    setup_logging(verbose=known.verbose, log_file=known.log_file)
-    logging.getLogger("arc_pipeline").debug("command %s with %s", known.command, vars(args))
-    result = module.run(args)
-    return int(result or 0)
+    if not known.log_file:
+        setup_logging(verbose=known.verbose)
+        logging.getLogger("arc_pipeline").debug("command %s with %s", known.command, vars(args))
+        return int(module.run(args) or 0)
+    with output_to_log(known.log_file):
+        setup_logging(verbose=known.verbose)
+        log = logging.getLogger("arc_pipeline")
+        log.debug("command %s with %s", known.command, vars(args))
+        # Snakemake runs stages with --log-file: the cause of a failure is logged (so it lands in the
+        # rule's log with its traceback), then the exit status alone is raised to avoid printing it twice.
+        try:
+            return int(module.run(args) or 0)
+        except SystemExit as stop:
+            if stop.code is None or isinstance(stop.code, int):
+                raise
+            log.error("%s failed: %s", known.command, stop.code)
+            raise SystemExit(1) from None
+        except KeyboardInterrupt:
+            log.error("%s interrupted", known.command)
+            raise
+        except BaseException:
+            log.exception("%s failed", known.command)
+            raise SystemExit(1) from None
 
 
 if __name__ == "__main__":
