@@ -77,7 +77,13 @@ class TrainConfig(BaseModel):
     lr_scheduler_type: str = Field("constant_with_warmup", description="seeds: constant with warm-up")
     warmup_ratio: float = Field(0.01, ge=0, le=1, description="seeds: 1% warm-up")
     max_grad_norm: float = Field(0.05, gt=0, description="seeds: 0.05")
-    weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay (transformers' default 0)")
+    weight_decay: float = Field(
+        0.01, ge=0, description="AdamW weight decay (published run: 0.01, unsloth's trainer default; transformers' "
+        "default is 0)")
+    optim: str = Field(
+        "adamw_torch_fused",
+        description="transformers optimizer name; the published run used 'adamw_8bit' (unsloth's default, needs "
+        "bitsandbytes and a GPU); see docs/reproduction.md")
     num_train_epochs: float = Field(1, gt=0, description="seeds: 1 epoch over the refinement dataset")
     max_steps: int = Field(-1, description="stop after this many optimizer steps; -1 = run the epochs")
     gradient_accumulation_steps: PositiveInt = Field(4, description="seeds: 4")
@@ -89,12 +95,30 @@ class TrainConfig(BaseModel):
     )
 
     # ---- GRPO
-    num_generations: PositiveInt = Field(32, ge=2, description="completions per prompt (seeds: 32)")
+    num_generations: PositiveInt = Field(
+        32, ge=2, description="completions per advantage group (one group = one prompt's completions)")
+    task_repeats: PositiveInt = Field(
+        1,
+        description="groups per task and step: each task is sampled num_generations x task_repeats times per "
+        "optimizer step, as task_repeats groups whose advantages are centred per group. The published run: "
+        "num_generations 8, task_repeats 4 (4 groups of 8 = 32 completions, std over all 32 with scale_rewards "
+        "batch); 1 group of 32 is num_generations 32, task_repeats 1")
     beta: float = Field(0.02, ge=0, description="KL coefficient (seeds: 0.02; TRL 1.x default 0 = no reference)")
     loss_type: Literal["grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo"] = Field(
         "bnpo",
-        description="loss aggregation; the TRL 0.2x the seeds ran defaulted to 'bnpo' (tokens of the local "
-        "batch), TRL 1.x defaults to 'dapo'",
+        description="loss aggregation; the published run used 'bnpo' (normalised by the tokens of the local "
+        "batch) because unsloth overrode it: TRL 0.23's own default was 'dapo', as is TRL 1.x's",
+    )
+    vllm_importance_sampling_correction: bool = Field(
+        False,
+        description="TRL's correction for the vLLM sampler being off-policy (TRL 1.x default on: sequence-level "
+        "mask, clip 3.0, computed on logprobs that include the repetition penalty, so whole completions drop out "
+        "of the loss). Off in the published run (unsloth forced it off)",
+    )
+    use_bias_correction_kl: bool = Field(
+        False,
+        description="multiply the KL term by the importance ratio (TRL 1.x default on); the published run used "
+        "the plain k3 estimator (off)",
     )
     scale_rewards: Literal["group", "batch", "none"] = Field("batch", description="seeds: batch")
     mask_truncated_completions: bool = Field(True, description="drop truncated completions from the loss (seeds: on)")
@@ -103,6 +127,11 @@ class TrainConfig(BaseModel):
         None, gt=0, description="clip-higher (DAPO recommends 0.28); None = same as epsilon (seeds: off)"
     )
     num_iterations: PositiveInt = Field(1, description="optimisation passes per generation batch (seeds: 1)")
+    double_bos: bool = Field(
+        False,
+        description="keep the rendered prompt's <|begin_of_text|> so that TRL's tokenization adds a second one, "
+        "as in the published run (its rollouts began with two); off = one BOS, as the model was trained",
+    )
     online_multi_turn: bool = Field(
         False,
         description="sample both turns with the current policy (TRL rollout_func, arc_pipeline.training.online): "
@@ -133,13 +162,18 @@ class TrainConfig(BaseModel):
     )
     soft_overlong_weight: float = Field(1.0, ge=0, description="weight of the overlong penalty in the summed reward")
     execution_workers: PositiveInt = Field(4, description="sandbox processes running generated programs")
+    execution_rules: Literal["strict", "published"] = Field(
+        "strict", description="execution rules of the reward (arc_pipeline/scoring/rules.py); the published "
+        "rewards were computed under 'published'")
     execution_timeout_s: float = Field(1.0, gt=0, description="time limit of a program on all inputs (seeds: 1 s)")
     execution_memory_mb: PositiveInt = Field(4096, description="memory limit of a program during RL (seeds: 4,096 MiB)")
 
     # ---- checkpoints and logging
     save_steps: PositiveInt = Field(200, description="checkpoint every this many steps (seeds: 200)")
     save_total_limit: PositiveInt | None = Field(None, description="keep at most this many checkpoints; None = all")
-    logging_steps: PositiveInt = Field(1, description="log every this many steps (one row of training_metrics)")
+    logging_steps: PositiveInt = Field(
+        1, description="log every this many steps (one row of training_metrics; metrics are averaged over the "
+        "window); the published run logged every 10")
     report_to: list[str] = Field(
         default_factory=lambda: ["tensorboard"], description="trackers: tensorboard (default), wandb, none"
     )
@@ -152,10 +186,17 @@ class TrainConfig(BaseModel):
     def _check(self) -> "TrainConfig":
         if self.reward not in REWARD_NAMES:
             raise ValueError(f"reward must be one of {list(REWARD_NAMES)}, got {self.reward!r}")
-        if self.per_device_train_batch_size is None and self.num_generations % self.gradient_accumulation_steps:
+        if self.per_device_train_batch_size is None and self.completions_per_step % self.gradient_accumulation_steps:
             raise ValueError(
-                f"num_generations ({self.num_generations}) must be a multiple of gradient_accumulation_steps "
-                f"({self.gradient_accumulation_steps}), or set per_device_train_batch_size"
+                f"num_generations x task_repeats ({self.completions_per_step}) must be a multiple of "
+                f"gradient_accumulation_steps ({self.gradient_accumulation_steps}), or set per_device_train_batch_size"
+            )
+        if self.task_repeats > 1 and self.per_device_train_batch_size is not None and (
+            self.per_device_train_batch_size * self.gradient_accumulation_steps != self.completions_per_step
+        ):
+            raise ValueError(
+                "with task_repeats > 1 one generation batch must hold exactly one task's groups: "
+                "per_device_train_batch_size x gradient_accumulation_steps must equal num_generations x task_repeats"
             )
         if self.max_completion_length >= self.max_seq_length:
             raise ValueError("max_completion_length must be smaller than max_seq_length")
@@ -168,11 +209,16 @@ class TrainConfig(BaseModel):
         return self
 
     @property
+    def completions_per_step(self) -> int:
+        """Completions of one task per generation batch: task_repeats groups of num_generations."""
+        return self.num_generations * self.task_repeats
+
+    @property
     def batch_size(self) -> int:
         """Per-device train batch size actually used."""
         if self.per_device_train_batch_size is not None:
             return self.per_device_train_batch_size
-        return self.num_generations // self.gradient_accumulation_steps
+        return self.completions_per_step // self.gradient_accumulation_steps
 
     @property
     def max_prompt_tokens(self) -> int:

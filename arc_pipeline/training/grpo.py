@@ -62,8 +62,11 @@ def load_refinement_dataset(path: str | os.PathLike, tokenizer: Any, config: Tra
 
     The ``prompt`` column is already rendered with the chat template, so it is a *standard* (not
     conversational) prompt: TRL tokenizes it with ``tokenizer(text)``. That call adds BOS again for
-    Llama tokenizers, so the rendered BOS is stripped here. Prompts longer than
-    ``max_seq_length - max_completion_length`` are dropped (TRL 1.x no longer truncates prompts).
+    Llama tokenizers, so the rendered BOS is stripped here (kept with ``double_bos``, which reproduces
+    the published run's two BOS tokens). Prompts longer than ``max_seq_length - max_completion_length``
+    are dropped (TRL 1.x no longer truncates prompts). With ``task_repeats`` k > 1 the rows are
+    shuffled once with the seed and each is repeated k times in a row; TRL's sampler then walks them in
+    order (see :func:`grpo_arguments`), so one generation batch holds k groups of the same task.
     """
     import polars as pl
     from datasets import Dataset
@@ -76,7 +79,7 @@ def load_refinement_dataset(path: str | os.PathLike, tokenizer: Any, config: Tra
         log.warning("%s: dropped %d of %d prompts longer than %d tokens", path, dropped, total, config.max_prompt_tokens)
     if frame.height == 0:
         raise InputFileError(f"{path}: no refinement prompt to train on ({total} rows, {dropped} too long)")
-    if adds_bos(tokenizer):
+    if adds_bos(tokenizer) and not config.double_bos:
         bos = tokenizer.bos_token
         frame = frame.with_columns(
             pl.when(pl.col("prompt").str.starts_with(bos))
@@ -84,8 +87,12 @@ def load_refinement_dataset(path: str | os.PathLike, tokenizer: Any, config: Tra
             .otherwise(pl.col("prompt"))
             .alias("prompt")
         )
-    dataset = Dataset.from_polars(frame.select(DATASET_COLUMNS))
-    return dataset, {"rows": total, "dropped_too_long": dropped, "kept": frame.height}
+    frame = frame.select(DATASET_COLUMNS)
+    if config.task_repeats > 1:
+        frame = frame.sample(fraction=1.0, shuffle=True, seed=config.seed)
+        frame = frame.select(pl.all().repeat_by(config.task_repeats)).explode(pl.all())
+    dataset = Dataset.from_polars(frame)
+    return dataset, {"rows": total, "dropped_too_long": dropped, "kept": total - dropped}
 
 
 # ------------------------------------------------------------------ model and trainer configuration
@@ -126,6 +133,7 @@ def grpo_arguments(config: TrainConfig, output_dir: str | os.PathLike, reward_we
         "lr_scheduler_type": config.lr_scheduler_type,
         "max_grad_norm": config.max_grad_norm,
         "weight_decay": config.weight_decay,
+        "optim": config.optim,
         "num_train_epochs": config.num_train_epochs,
         "max_steps": config.max_steps,
         "per_device_train_batch_size": config.batch_size,
@@ -139,9 +147,13 @@ def grpo_arguments(config: TrainConfig, output_dir: str | os.PathLike, reward_we
         "epsilon": config.epsilon,
         "epsilon_high": config.epsilon_high,
         "num_iterations": config.num_iterations,
+        "vllm_importance_sampling_correction": config.vllm_importance_sampling_correction,
+        "use_bias_correction_kl": config.use_bias_correction_kl,
         "reward_weights": list(reward_weights),
         "remove_unused_columns": False,
-        "shuffle_dataset": True,
+        # task_repeats > 1: the dataset is already shuffled and holds each task's repeats in a row, which
+        # TRL's sampler must keep together to put them in one generation batch
+        "shuffle_dataset": config.task_repeats == 1,
         # sampling
         "temperature": config.temperature,
         "top_p": config.top_p,
@@ -172,6 +184,10 @@ def grpo_arguments(config: TrainConfig, output_dir: str | os.PathLike, reward_we
     else:
         values["warmup_steps"] = config.warmup_ratio
     unknown = sorted(set(values) - known)
+    # these change what is learned (docs/reproduction.md): never drop them silently
+    required = {"vllm_importance_sampling_correction", "use_bias_correction_kl", "optim"} & set(unknown)
+    if required:
+        raise SystemExit(f"train: this TRL version has no GRPOConfig fields {sorted(required)}; install trl>=1.15")
     if unknown:
         log.warning("this TRL version has no GRPOConfig fields %s: left out", unknown)
     return GRPOConfig(**{key: value for key, value in values.items() if key in known})
@@ -239,14 +255,58 @@ def _load_unsloth_model(config: TrainConfig, model_dir: str | os.PathLike) -> An
 # ------------------------------------------------------------------ checkpoints
 
 
+_WHOLE_FILE_BYTES = 4 << 20  # files up to this size are hashed whole; larger ones (weights) sampled
+_SAMPLE_BYTES = 1 << 20
+
+
+def model_content_digest(model_dir: str | os.PathLike) -> str:
+    """A digest of the model folder's content, independent of where the folder lies.
+
+    Small files (configs, tokenizer) are hashed whole; a weight file by its size and its first and last
+    MiB, which tells different models or fine-tunes apart without reading gigabytes. ``model.json``
+    (provenance and build time, not weights) is left out. Symlinks (``source: path``) are followed.
+    """
+    root = Path(model_dir)
+    digest = hashlib.sha256()
+    for path in sorted(p for p in root.rglob("*") if p.is_file() and not p.name.startswith(".")):
+        relative = path.relative_to(root).as_posix()
+        if relative == "model.json":
+            continue
+        size = path.stat().st_size
+        digest.update(f"{relative}\0{size}\0".encode())
+        with path.open("rb") as handle:
+            if size <= _WHOLE_FILE_BYTES:
+                digest.update(handle.read())
+            else:
+                digest.update(handle.read(_SAMPLE_BYTES))
+                handle.seek(size - _SAMPLE_BYTES)
+                digest.update(handle.read(_SAMPLE_BYTES))
+    return digest.hexdigest()
+
+
 def run_fingerprint(config: TrainConfig, dataset_path: str | os.PathLike, model_dir: str | os.PathLike) -> dict:
-    """What identifies a training run: checkpoints of a different run must not be resumed."""
+    """What identifies a training run: checkpoints of a different run must not be resumed.
+
+    Content only, no absolute path: results/ copied or moved elsewhere (scratch, another clone or
+    mount point) keeps its checkpoints.
+    """
     digest = hashlib.sha256(Path(dataset_path).read_bytes()).hexdigest()
     return {
         "config": config.model_dump(mode="json", exclude=_NOT_IN_FINGERPRINT),
         "dataset_sha256": digest,
-        "model": str(Path(model_dir).resolve()),
+        "model_sha256": model_content_digest(model_dir),
     }
+
+
+def _same_run(recorded: dict, fingerprint: dict, model_dir: str | os.PathLike | None) -> bool:
+    if recorded == fingerprint:
+        return True
+    # A marker from before content fingerprints recorded the model's absolute path instead.
+    if "model" in recorded and "model_sha256" not in recorded and model_dir is not None:
+        others = {k: v for k, v in fingerprint.items() if k != "model_sha256"}
+        return {k: v for k, v in recorded.items() if k != "model"} == others and \
+            recorded["model"] == str(Path(model_dir).resolve())
+    return False
 
 
 def last_complete_checkpoint(folder: str | os.PathLike) -> Path | None:
@@ -259,21 +319,36 @@ def last_complete_checkpoint(folder: str | os.PathLike) -> Path | None:
     return None
 
 
-def prepare_checkpoint_dir(folder: Path, fingerprint: dict) -> Path | None:
+def set_aside(folder: Path) -> Path:
+    """Rename ``folder`` to a free ``<name>.set-aside-N`` beside it (checkpoints are never deleted)."""
+    n = 1
+    while (target := folder.with_name(f"{folder.name}.set-aside-{n}")).exists():
+        n += 1
+    os.rename(folder, target)
+    return target
+
+
+def prepare_checkpoint_dir(folder: Path, fingerprint: dict, model_dir: str | os.PathLike | None = None) -> Path | None:
     """Create the checkpoint folder; return the checkpoint to resume from, if any.
 
-    Checkpoints left by a run with another fingerprint (config, data or model changed) are deleted.
+    Checkpoints left by a run with another fingerprint (config, data or model changed) are moved aside,
+    never deleted: days of GPU time may be in them, and the change may have been a mistake.
     """
     marker = folder / FINGERPRINT_FILE
-    if marker.is_file() and json.loads(marker.read_text()) != fingerprint:
-        log.warning("%s: checkpoints belong to a different run (config, data or model changed): starting afresh", folder)
-        shutil.rmtree(folder)
+    if marker.is_file() and not _same_run(json.loads(marker.read_text()), fingerprint, model_dir):
+        moved = set_aside(folder)
+        log.warning("%s: checkpoints belong to a different run (config, data or model changed): moved them to %s "
+                    "(delete that folder yourself if it is not needed) and starting afresh", folder, moved)
     folder.mkdir(parents=True, exist_ok=True)
     marker.write_text(json.dumps(fingerprint, indent=2, sort_keys=True) + "\n")
     resume = last_complete_checkpoint(folder)
     if resume is not None:
         log.info("resuming from %s", resume)
     return resume
+
+
+def checkpoint_step(checkpoint: Path) -> int:
+    return int(json.loads((checkpoint / "trainer_state.json").read_text()).get("global_step", 0))
 
 
 # ------------------------------------------------------------------ metrics
@@ -340,16 +415,19 @@ def train(
 
     output = Path(output)
     checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir is not None else default_checkpoint_dir(output)
+    resume = prepare_checkpoint_dir(checkpoint_dir, run_fingerprint(config, dataset_path, model_dir), model_dir)
+    if resume is not None and checkpoint_step(resume) >= config.max_steps:
+        # A forced rerun of a finished training: resuming would train past max_steps.
+        return _finished_from_checkpoint(resume, config, output, metrics_path)
     model, tokenizer, peft_config = load_model(config, model_dir)
     dataset, dataset_counts = load_refinement_dataset(dataset_path, tokenizer, config)
-    resume = prepare_checkpoint_dir(checkpoint_dir, run_fingerprint(config, dataset_path, model_dir))
     guard = CollapseGuard(config.collapse_guard)
     sandbox_config = SandboxConfig(
         workers=config.execution_workers, timeout_s=config.execution_timeout_s, memory_mb=config.execution_memory_mb
     )
     with Sandbox(sandbox_config) as sandbox:
         arc_reward: Callable[..., list[float]] = ArcReward(
-            config.reward, sandbox, stop_token_ids(model, tokenizer), config.truncated_reward
+            config.reward, sandbox, stop_token_ids(model, tokenizer), config.truncated_reward, config.execution_rules
         )
         rollout = None
         if config.online_multi_turn:
@@ -389,6 +467,20 @@ def train(
     if trainer.is_world_process_zero():
         _write_adapter(trainer, output, kept, config, result, guard)
         write_table(metrics_rows(state.log_history), metrics_path, TRAINING_METRICS_SCHEMA)
+    return result
+
+
+def _finished_from_checkpoint(checkpoint: Path, config: TrainConfig, output: Path,
+                              metrics_path: str | os.PathLike) -> TrainResult:
+    """Write the adapter and metrics of a checkpoint that already reached max_steps (no training step)."""
+    from arc_pipeline.training.callbacks import CollapseGuard
+
+    state = json.loads((checkpoint / "trainer_state.json").read_text())
+    log.info("%s already reached max_steps=%d: writing its adapter without training", checkpoint, config.max_steps)
+    result = TrainResult(global_step=int(state.get("global_step", 0)), resumed_from=str(checkpoint),
+                         stopped_by_guard=False, kept_checkpoint=str(checkpoint))
+    _write_adapter(None, output, checkpoint, config, result, CollapseGuard(config.collapse_guard))
+    write_table(metrics_rows(state.get("log_history", [])), metrics_path, TRAINING_METRICS_SCHEMA)
     return result
 
 
