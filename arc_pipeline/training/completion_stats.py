@@ -22,6 +22,7 @@ class CompletionOutcome:
     truncated: bool
     error_type: str | None
     token_ids: Sequence[int]
+    task_id: str | None = None
 
     @property
     def solved(self) -> bool:
@@ -39,6 +40,20 @@ def max_ngram_count(token_ids: Sequence[int], n: int) -> int:
         return 0
     counts = Counter(tuple(token_ids[i: i + n]) for i in range(len(token_ids) - n + 1))
     return max(counts.values())
+
+
+def unique_ngram_ratio(token_ids: Sequence[int], n: int) -> float:
+    """Distinct n-grams / n-grams (0 when the completion is shorter than n, as the researchers logged it)."""
+    total = len(token_ids) - n + 1
+    if total <= 0:
+        return 0.0
+    return len({tuple(token_ids[i: i + n]) for i in range(total)}) / total
+
+
+def max_ngram_share(token_ids: Sequence[int], n: int) -> float:
+    """Frequency of the most repeated n-gram: its count / the completion's n-grams (0 if shorter than n)."""
+    total = len(token_ids) - n + 1
+    return max_ngram_count(token_ids, n) / total if total > 0 else 0.0
 
 
 def _mean(values: Sequence[float]) -> float:
@@ -65,14 +80,26 @@ def batch_metrics(outcomes: Sequence[CompletionOutcome]) -> dict[str, float]:
         "arc/memory_error_share": sum(o.error_type == MEMORY for o in outcomes) / len(outcomes),
         "arc/valid_outputs_share": sum(o.error_type is None for o in outcomes) / len(outcomes),
     }
+    # "truncated" here is TRL's: no stop token at the end (is_truncated in rewards.py). The published run
+    # counted length >= max_completion_length instead, which misses completions cut by max_seq_length.
     if truncated:
         metrics["arc/truncated_reward_mean"] = _mean([o.reward for o in truncated])
+        metrics["arc/truncated_reward_max"] = max(o.reward for o in truncated)
+    if finished:
+        metrics["arc/non_truncated_reward_mean"] = _mean([o.reward for o in finished])
+        metrics["arc/non_truncated_reward_max"] = max(o.reward for o in finished)
     if solved:
         metrics["arc/solved_length_mean"] = _mean([len(o.token_ids) for o in solved])
+        metrics["arc/solved_length_max"] = max(len(o.token_ids) for o in solved)
+    # share of the batch's tasks with at least one solving completion (one task per step with task_repeats)
+    tasks = {o.task_id for o in outcomes}
+    metrics["arc/solved_in_step"] = len({o.task_id for o in solved}) / len(tasks)
     for name, group in (("truncated", truncated), ("non_truncated", finished)):
         if not group:
             continue
         metrics[f"arc/unique_token_ratio/{name}"] = _mean([unique_token_ratio(o.token_ids) for o in group])
         for n in (3, 4):
             metrics[f"arc/max_{n}gram_count/{name}"] = _mean([max_ngram_count(o.token_ids, n) for o in group])
+            metrics[f"arc/max_{n}gram_share/{name}"] = _mean([max_ngram_share(o.token_ids, n) for o in group])
+            metrics[f"arc/unique_{n}gram_ratio/{name}"] = _mean([unique_ngram_ratio(o.token_ids, n) for o in group])
     return metrics

@@ -68,6 +68,7 @@ class ArcReward:
         test_inputs: Sequence[Any],
         test_outputs: Sequence[Any],
         completion_ids: Sequence[Sequence[int]] | None = None,
+        task_ids: Sequence[str] | None = None,
     ) -> list[CompletionOutcome]:
         """Execute and score every completion; the per-completion outcome (reward, truncation, error)."""
         n = len(completions)
@@ -95,7 +96,9 @@ class ArcReward:
             reward = compute_reward(self.reward_name, outputs, _grids(train_outputs[index]), test_truth)
             if truncated and self.truncated_reward is not None:
                 reward = float(self.truncated_reward)
-            outcomes.append(CompletionOutcome(reward=reward, truncated=truncated, error_type=error_type, token_ids=ids or []))
+            task_id = None if task_ids is None else task_ids[index]
+            outcomes.append(CompletionOutcome(reward=reward, truncated=truncated, error_type=error_type,
+                                              token_ids=ids or [], task_id=task_id))
         return outcomes
 
     def __call__(
@@ -109,9 +112,11 @@ class ArcReward:
         test_inputs: Sequence[Any],
         test_outputs: Sequence[Any],
         log_metric: Callable[[str, float], None] | None = None,
+        task_id: Sequence[str] | None = None,
         **_: Any,
     ) -> list[float]:
-        outcomes = self.score(completions, train_inputs, train_outputs, test_inputs, test_outputs, completion_ids)
+        outcomes = self.score(completions, train_inputs, train_outputs, test_inputs, test_outputs, completion_ids,
+                              task_id)
         self.log_batch(outcomes, log_metric)
         return [outcome.reward for outcome in outcomes]
 
