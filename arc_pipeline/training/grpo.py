@@ -4,7 +4,8 @@ What happens, in order: the refinement parquet becomes a standard (raw-text) pro
 extra columns carry the augmented task for the reward; the base model gets a LoRA (peft); TRL's
 ``GRPOTrainer`` samples ``num_generations`` completions per prompt, executes them in a shared
 sandbox and scores them; checkpoints go to a folder beside the output every ``save_steps`` and a
-rerun resumes from the last one (unless the config, data or model changed, which starts afresh).
+rerun resumes from the last one (unless the config, data or model changed: those are moved aside and
+it starts afresh).
 The output is the final adapter folder (or the best checkpoint before a collapse) plus the per-step
 metrics parquet.
 
@@ -347,8 +348,12 @@ def prepare_checkpoint_dir(folder: Path, fingerprint: dict, model_dir: str | os.
     return resume
 
 
-def checkpoint_step(checkpoint: Path) -> int:
-    return int(json.loads((checkpoint / "trainer_state.json").read_text()).get("global_step", 0))
+def reached_the_end(checkpoint: Path, config: TrainConfig) -> bool:
+    """Whether the checkpoint is the run's last step (max_steps, or the planned steps of its epochs)."""
+    state = json.loads((checkpoint / "trainer_state.json").read_text())
+    step = int(state.get("global_step", 0))
+    end = config.max_steps if config.max_steps > 0 else int(state.get("max_steps") or 0)
+    return end > 0 and step >= end
 
 
 # ------------------------------------------------------------------ metrics
@@ -416,7 +421,7 @@ def train(
     output = Path(output)
     checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir is not None else default_checkpoint_dir(output)
     resume = prepare_checkpoint_dir(checkpoint_dir, run_fingerprint(config, dataset_path, model_dir), model_dir)
-    if resume is not None and checkpoint_step(resume) >= config.max_steps:
+    if resume is not None and reached_the_end(resume, config):
         # A forced rerun of a finished training: resuming would train past max_steps.
         return _finished_from_checkpoint(resume, config, output, metrics_path)
     model, tokenizer, peft_config = load_model(config, model_dir)
@@ -479,6 +484,8 @@ def _finished_from_checkpoint(checkpoint: Path, config: TrainConfig, output: Pat
     log.info("%s already reached max_steps=%d: writing its adapter without training", checkpoint, config.max_steps)
     result = TrainResult(global_step=int(state.get("global_step", 0)), resumed_from=str(checkpoint),
                          stopped_by_guard=False, kept_checkpoint=str(checkpoint))
+    if int(os.environ.get("RANK", "0")) != 0:  # as trainer.is_world_process_zero() in a distributed run
+        return result
     _write_adapter(None, output, checkpoint, config, result, CollapseGuard(config.collapse_guard))
     write_table(metrics_rows(state.get("log_history", [])), metrics_path, TRAINING_METRICS_SCHEMA)
     return result

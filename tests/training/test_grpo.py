@@ -155,3 +155,31 @@ def test_collapse_guard_stops_and_keeps_the_best_checkpoint(tiny_model, refineme
     assert result.stopped_by_guard and result.global_step == 2
     assert result.kept_checkpoint is None  # nothing was saved before the first offending window
     assert (tmp_path / "adapter" / "adapter_model.safetensors").is_file()
+
+
+def test_checkpoints_survive_a_move_and_a_finished_run_is_not_trained_further(tiny_model, refinement_dataset,
+                                                                              tmp_path):
+    import shutil
+
+    first = tmp_path / "first"
+    shutil.copytree(tiny_model, first / "model", symlinks=True)
+    shutil.copy(refinement_dataset(4), first / "refine.parquet")
+    config = cpu_config(save_steps=2, max_steps=2)
+    result = train(config, first / "refine.parquet", first / "model", first / "adapter", first / "metrics.parquet")
+    assert result.global_step == 2
+
+    moved = tmp_path / "moved"  # results/ copied to scratch, another clone or mount point
+    shutil.move(first, moved)
+    start = StartStep()
+    result = train(config, moved / "refine.parquet", moved / "model", moved / "adapter", moved / "metrics.parquet",
+                   callbacks=[start])
+    assert start.start is None  # no training step at all: the checkpoint already reached max_steps
+    assert result.global_step == 2 and result.resumed_from == str(moved / "adapter_checkpoints" / "checkpoint-2")
+    assert (moved / "adapter" / "adapter_model.safetensors").is_file()
+    assert len(metric(read_frame(moved / "metrics.parquet", TRAINING_METRICS_SCHEMA), "reward")) == 2
+
+    # another run's checkpoints are moved aside, never deleted
+    other = cpu_config(save_steps=2, max_steps=2, learning_rate=2e-3)
+    result = train(other, moved / "refine.parquet", moved / "model", moved / "adapter", moved / "metrics.parquet")
+    assert result.resumed_from is None
+    assert (moved / "adapter_checkpoints.set-aside-1" / "checkpoint-2" / "adapter_model.safetensors").is_file()
