@@ -87,3 +87,39 @@ def make_hook(file_roots: Sequence[str], listing_roots: Sequence[str],
             report(f"{event}{args!r}")
 
     return hook
+
+
+def loaded_ctypes_functions() -> list[Any]:
+    """Every ctypes function object this process holds (run once in the worker, after its imports).
+
+    Calling a function object that already exists raises no audit event in CPython (only looking one
+    up does), so a program could reach e.g. the worker's own ``prctl`` without the hook noticing.
+    """
+    import ctypes
+    import gc
+
+    return [obj for obj in gc.get_objects() if isinstance(obj, ctypes._CFuncPtr)]
+
+
+class _ReportCall:
+    """An argument converter that raises the audit event ``ctypes.call_function`` before any call."""
+
+    @classmethod
+    def from_param(cls, value: object) -> object:
+        import sys
+
+        sys.audit("ctypes.call_function", 0, ())
+        raise TypeError("calling ctypes functions is forbidden")
+
+
+def label_ctypes_calls(functions: Sequence[Any]) -> None:
+    """In the child, after its own setup: make each call through ``functions`` pass through the hook.
+
+    ctypes converts the first argument with the converter before it calls; a call without
+    arguments fails with TypeError before reaching native code.
+    """
+    for function in functions:
+        try:
+            function.argtypes = (_ReportCall,)
+        except (AttributeError, TypeError):
+            pass

@@ -112,7 +112,7 @@ def _read_job(job_fd: int) -> tuple[int, str, list[np.ndarray]]:
 
 
 def run(job_fd: int, record_fd: int, ready_fd: int, devnull_fd: int, zygote_pid: int,
-        isolation: Isolation, use_audit_hook: bool) -> NoReturn:
+        isolation: Isolation, use_audit_hook: bool, ctypes_functions: list = ()) -> NoReturn:
     """Never returns: the process ends with os._exit whatever happens.
 
     The job is read only after the process has confined itself, and straight from the pipeline; the
@@ -130,6 +130,7 @@ def run(job_fd: int, record_fd: int, ready_fd: int, devnull_fd: int, zygote_pid:
                         os._exit(0)
 
                 sys.addaudithook(audit.make_hook(isolation.readable.files, isolation.readable.listings, report))
+                audit.label_ctypes_calls(ctypes_functions)  # isolation no longer needs them
         except BaseException as error:
             reason = f"{type(error).__name__}: {error}".encode()[:500]
             _write_all(record_fd, protocol.SETUP_FAILED_RECORD + reason)

@@ -71,6 +71,7 @@ class Zygote:
         self.audit_hook = audit_hook
         self.devnull = os.open(os.devnull, os.O_RDWR)
         self.pid = os.getpid()
+        self.ctypes_functions: list = []
 
     def run_job(self, job_id: int, job_fd: int, record_fd: int) -> bytes:
         """Fork, supervise and reap one child; the status message for the pipeline."""
@@ -79,7 +80,7 @@ class Zygote:
         if pid == 0:
             os.close(ready_read)
             self.child.run(job_fd, record_fd, ready_write, self.devnull, self.pid, self.isolation,
-                           self.audit_hook)
+                           self.audit_hook, self.ctypes_functions)
         os.close(ready_write)
         os.close(job_fd)
         os.close(record_fd)
@@ -172,6 +173,10 @@ def main() -> None:
     hidden = {start_dir, args.package_root}
     sys.path[:] = [entry for entry in sys.path if entry and entry not in hidden]
     zygote = Zygote(iso, args.timeout_s, not args.no_audit_hook)
+    if not args.no_audit_hook:
+        from arc_pipeline.sandbox import audit
+
+        zygote.ctypes_functions = audit.loaded_ctypes_functions()
     gc.collect()
     gc.freeze()  # keeps the shared pages shared after fork
     control.send(json.dumps(mechanisms).encode())

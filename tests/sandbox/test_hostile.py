@@ -434,3 +434,36 @@ def test_signal_handler_from_worker_thread_does_not_leak(hostile_sandbox):
     run_hostile(hostile_sandbox, code, {"ValueError"})
     threading.Event().wait(0.1)
     assert_healthy(hostile_sandbox)
+
+
+def test_ctypes_functions_the_worker_already_loaded(hostile_sandbox):
+    """Calling an existing ctypes function raises no audit event of its own; the sandbox labels it."""
+    code = ("import sys\ndef transform(g):\n"
+            "    sys.modules['arc_pipeline.sandbox.isolation']._syscall(57)\n    return g")
+    result = run_hostile(hostile_sandbox, code, {"UnsafeCode"})
+    if hostile_sandbox.layer == "audit-hook":
+        assert "ctypes" in result.error_message
+        for call in ("sys.modules['arc_pipeline.sandbox.isolation']._prctl(4, 1, 0, 0, 0)",
+                     "import ctypes; ctypes.memmove(id(g), id(g), 8)"):
+            result = run_hostile(hostile_sandbox, f"import sys\ndef transform(g):\n    {call}\n    return g",
+                                 {"UnsafeCode"})
+            assert "ctypes.call_function" in result.error_message
+
+
+def test_program_sees_only_the_interpreters_paths(hostile_sandbox):
+    """The worker does not inherit the pipeline's sys.path (PYTHONPATH) or working directory."""
+    import json
+    import subprocess
+    import sys
+
+    # what the interpreter gives itself, without the pipeline's PYTHONPATH, user site or script dir
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+    interpreter = json.loads(subprocess.run([sys.executable, "-s", "-P", "-c", "import sys, json; print(json.dumps(sys.path))"],
+                                            env=env, capture_output=True, text=True, check=True).stdout)
+    code = (f"import sys, os\nALLOWED = {interpreter!r}\ndef transform(g):\n"
+            "    outside = [p for p in sys.path if p not in ALLOWED]\n"
+            "    return np.array([[len(outside), int('PYTHONPATH' in os.environ), int(os.getcwd() == '/'), "
+            "int(len(sys.path) > 0)]])")
+    result = hostile_sandbox.run(code, [GRID])
+    assert result.error_type is None, result
+    assert result.outputs[0].tolist() == [[0, 0, 1, 1]]
