@@ -34,6 +34,28 @@ def _to_arrow(data: Any, schema: pa.Schema) -> pa.Table:
         raise ValueError(f"table does not match its schema: {error}") from None
 
 
+def current_umask() -> int:
+    """The process's umask (read without changing it where /proc allows)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except OSError:
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def temp_beside(path: Path) -> tuple[int, str]:
+    """A hidden temporary file beside ``path`` for an atomic write (fd, name), with the mode a plain
+    ``open`` would give: mkstemp makes it 0600, and os.replace would keep that, so colleagues sharing
+    the results folder could not read the outputs."""
+    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.fchmod(fd, 0o666 & ~current_umask())
+    return fd, name
+
+
 def write_table(data: Any, path: str | os.PathLike, schema: pa.Schema) -> Path:
     """Validate ``data`` (rows, polars or arrow) against ``schema`` and write it atomically."""
     path = Path(path)
@@ -42,7 +64,7 @@ def write_table(data: Any, path: str | os.PathLike, schema: pa.Schema) -> Path:
     for field in schema:
         if not field.nullable and table.column(field.name).null_count:
             raise ValueError(f"column {field.name!r} must not contain nulls (writing {path})")
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp_name = temp_beside(path)
     os.close(fd)
     try:
         pq.write_table(table, tmp_name, compression="zstd")
@@ -58,7 +80,7 @@ def write_text(text: str, path: str | os.PathLike) -> Path:
     """Write a text file atomically (a killed job leaves no half-written table or JSON)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp_name = temp_beside(path)
     try:
         with os.fdopen(fd, "w") as handle:
             handle.write(text)

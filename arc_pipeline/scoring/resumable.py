@@ -15,7 +15,6 @@ import logging
 import multiprocessing
 import os
 import shutil
-import tempfile
 import time
 from collections import deque
 from collections.abc import Mapping
@@ -26,7 +25,7 @@ import polars as pl
 import pyarrow.parquet as pq
 
 from arc_pipeline.domain.tasks import Task
-from arc_pipeline.io import read_table, write_table
+from arc_pipeline.io import read_table, temp_beside, write_table
 from arc_pipeline.sandbox import Sandbox, SandboxConfig
 from arc_pipeline.schemas import EXECUTIONS_SCHEMA
 from arc_pipeline.scoring.execution import (
@@ -75,7 +74,7 @@ def _limits(sandbox_config: SandboxConfig) -> str:
 def _stream_concat(chunk_paths: list[Path], output: Path) -> int:
     """Write the chunks (already validated) into ``output`` atomically, one chunk in memory at a time."""
     output.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{output.name}.", suffix=".tmp", dir=output.parent)
+    fd, tmp_name = temp_beside(output)
     os.close(fd)
     n_rows = 0
     try:

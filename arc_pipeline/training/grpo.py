@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from arc_pipeline.io import InputFileError, read_frame, write_table
+from arc_pipeline.io import InputFileError, current_umask, read_frame, write_table
 from arc_pipeline.schemas import REFINEMENT_SCHEMA, TRAINING_METRICS_SCHEMA
 from arc_pipeline.training.config import TrainConfig
 
@@ -496,6 +496,7 @@ def _write_adapter(trainer: Any, output: Path, kept: Path | None, config: TrainC
     """Write the adapter into a hidden sibling, then swap it into place (never half-written)."""
     output.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{output.name}.", suffix=".tmp", dir=output.parent))
+    staging.chmod(0o777 & ~current_umask())  # mkdtemp makes it private; the adapter is shared
     try:
         if kept is None:
             trainer.save_model(str(staging))
