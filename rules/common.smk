@@ -1,11 +1,19 @@
 # Config validation, path helpers and config slices shared by the rule files.
 import json
+import os
 import shlex
+
+import yaml
 
 from snakemake.utils import validate
 
 from arc_pipeline.config_check import check_config
+from arc_pipeline.workflow_config import prepare_config
 
+# base: presets, --config types, one-line errors for partial files and typo'd keys (see the module)
+with open(os.path.join(workflow.basedir, "workflow", "schemas", "config.schema.yaml")) as _schema:
+    prepare_config(config, workflow.config_settings.overwrite_config, yaml.safe_load(_schema), workflow.basedir,
+                   [str(f) for f in workflow.overwrite_configfiles])
 validate(config, schema="../workflow/schemas/config.schema.yaml")
 check_config(config)  # every stage's own model: a bad field fails here, before any job starts
 

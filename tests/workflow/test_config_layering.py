@@ -1,0 +1,94 @@
+"""One way to change a setting: a small file layered over a named preset; one-line config errors.
+
+Dry runs (-n) in a temporary working directory: nothing runs, nothing lands in the repo's results/.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+DEFAULT = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+PUBLISHED = yaml.safe_load((REPO / "config" / "barc-multiturn.yaml").read_text())
+
+
+def dry_run(workdir: Path, *args: str, targets: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
+    bin_dir = Path(sys.executable).parent
+    env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}", CONDOR_CONFIG="/dev/null")
+    return subprocess.run(
+        [str(bin_dir / "snakemake"), *targets, "--snakefile", str(REPO / "Snakefile"), "--directory", str(workdir),
+         "-n", "-p", "--cores", "1", *args],
+        cwd=workdir, capture_output=True, text=True, env=env, timeout=300,
+    )
+
+
+def output(result: subprocess.CompletedProcess) -> str:
+    return result.stdout + result.stderr
+
+
+def stage_config(result: subprocess.CompletedProcess, marker: str) -> dict:
+    assert result.returncode == 0, output(result)[-3000:]
+    command = next(line for line in (result.stdout + result.stderr).splitlines() if marker in line)
+    return json.loads(shlex.split(re.sub(r"^.*?arc-pipeline", "arc-pipeline", command))[-1])
+
+
+def write(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
+
+
+def test_a_file_naming_its_base_changes_only_its_settings(tmp_path: Path) -> None:
+    mine = write(tmp_path / "mine.yaml", "base: default\ntraining:\n  max_steps: 5\n")
+    training = stage_config(dry_run(tmp_path, "--configfile", str(mine), targets=("train",)), " train --dataset")
+    assert training == {**DEFAULT["training"], "max_steps": 5}
+
+
+def test_overrides_after_a_complete_preset(tmp_path: Path) -> None:
+    mine = write(tmp_path / "mine.yaml", "training:\n  learning_rate: 3.0e-6\n")
+    result = dry_run(tmp_path, "--configfile", str(REPO / "config" / "barc-multiturn.yaml"), str(mine), targets=("train",))
+    assert stage_config(result, " train --dataset") == {**PUBLISHED["training"], "learning_rate": 3.0e-6}
+
+
+def test_a_partial_file_alone_is_refused_in_one_line(tmp_path: Path) -> None:
+    mine = write(tmp_path / "mine.yaml", "training:\n  max_steps: 5\n")
+    result = dry_run(tmp_path, "--configfile", str(mine), targets=("train",))
+    assert result.returncode != 0
+    assert "lacks the sections barc, arc, model" in output(result) and "base: default" in output(result)
+    assert len(output(result).splitlines()) < 10  # not the schema
+    assert not (tmp_path / "results").exists()
+
+
+def test_a_typo_in_a_top_level_key_names_the_closest_key(tmp_path: Path) -> None:
+    result = dry_run(tmp_path, "--config", "trainig={max_steps: 5}")
+    assert result.returncode != 0
+    assert "unknown top-level config key 'trainig'; did you mean 'training'?" in output(result)
+    assert len(output(result).splitlines()) < 10
+
+
+def test_config_values_get_the_schemas_types(tmp_path: Path) -> None:
+    result = dry_run(tmp_path, "--config", "evaluation={n_eval: 16}",
+                     "training={learning_rate: 0.001, use_vllm: false}", "barc={download: {revision: 1234}}",
+                     targets=("results/evaluate/report/runs.md", "results/barc_download/data.jsonl"))
+    assert stage_config(result, " inference --tasks results/arc_tasks")["n_predictions"] == 16
+    training = stage_config(result, " train --dataset")
+    assert training["learning_rate"] == 0.001 and training["use_vllm"] is False
+    assert stage_config(result, " barc-download ")["revision"] == "1234"  # a string field stays a string
+
+
+@pytest.mark.parametrize("adapter", ["missing_adapter", "/nope/adapter"])
+def test_a_missing_extra_adapter_fails_at_parse_time(tmp_path: Path, adapter: str) -> None:
+    result = dry_run(tmp_path, "--config", f"evaluation={{extra_adapters: {{mine: {adapter}}}}}")
+    assert result.returncode != 0
+    assert f"evaluation.extra_adapters.mine: adapter folder {adapter} not found" in output(result)
+    (tmp_path / "found").mkdir()
+    result = dry_run(tmp_path, "--config", "evaluation={extra_adapters: {mine: found}}")
+    assert result.returncode == 0, output(result)[-2000:]
