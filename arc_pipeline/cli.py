@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import logging
 import sys
 
@@ -45,6 +46,22 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# Commands that run on a GPU: on a workstation they are pinned to free GPUs (arc_pipeline/gpu_slots.py).
+GPU_COMMANDS = {"inference", "train"}
+
+
+def _pin_gpus(command: str, args: argparse.Namespace) -> None:
+    if command not in GPU_COMMANDS:
+        return
+    from arc_pipeline.gpu_slots import pin_gpus
+
+    try:
+        count = int(json.loads(getattr(args, "config_json", "{}") or "{}").get("tensor_parallel_size", 1))
+    except (ValueError, AttributeError):
+        count = 1  # the stage's own config check reports a malformed --config-json
+    pin_gpus(count)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
@@ -58,6 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     if not known.log_file:
         setup_logging(verbose=known.verbose)
         logging.getLogger("arc_pipeline").debug("command %s with %s", known.command, vars(args))
+        _pin_gpus(known.command, args)
         return int(module.run(args) or 0)
     with output_to_log(known.log_file):
         setup_logging(verbose=known.verbose)
@@ -66,6 +84,7 @@ def main(argv: list[str] | None = None) -> int:
         # Snakemake runs stages with --log-file: the cause of a failure is logged (so it lands in the
         # rule's log with its traceback), then the exit status alone is raised to avoid printing it twice.
         try:
+            _pin_gpus(known.command, args)
             return int(module.run(args) or 0)
         except SystemExit as stop:
             if stop.code is None or isinstance(stop.code, int):

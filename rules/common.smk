@@ -58,7 +58,10 @@ def merged_slice(*sections):
 
 
 def gpu_resources():
-    return {k: v for k, v in config["cluster"]["gpu"].items() if k != "threads"}
+    """HTCondor's request_* names (the plugin reads those) plus `gpus`, which a workstation run limits
+    with --resources gpus=N (profiles/workstation); the HTCondor plugin ignores `gpus`."""
+    gpu = config["cluster"]["gpu"]
+    return {"gpus": gpu["request_gpus"], **{k: v for k, v in gpu.items() if k != "threads"}}
 
 
 def all_targets():
