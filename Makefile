@@ -19,6 +19,7 @@ $(STAMP): pyproject.toml
 
 run: install
 	$(BIN)/snakemake --profile profiles/local
+	$(BIN)/snakemake --profile profiles/local --report results/report.html
 
 test: install
 	$(BIN)/python -m pytest

@@ -1,8 +1,10 @@
 """The whole workflow on the embedded default config (real vLLM on CPU, real TRL), as `make run` runs it.
 
-A tiny model writes little valid code; this test asserts the pipeline's shape and accounting: every
-task has its predictions, every prediction has an execution row with scores or an error type, every
-downstream artifact exists and is consistent with what it was built from.
+From an empty results folder, with the profile README command 1 uses: every job of the DAG, the
+evaluation with the trained LoRA adapter included, then the HTML report. A tiny model writes little
+valid code; this test asserts the pipeline's shape and accounting: every task has its predictions, every
+prediction has an execution row with scores or an error type, every output of the DAG exists and is
+consistent with what it was built from.
 """
 
 from __future__ import annotations
@@ -78,6 +80,31 @@ def test_refinement_training_and_evaluation_outputs(finished: Workflow) -> None:
     submission = json.loads(finished.path("evaluate/report/submission.json").read_text())
     tasks = pl.read_parquet(finished.path("arc_tasks/tasks.parquet"))
     assert set(submission) == set(tasks["task_id"])
+
+
+def test_every_output_of_the_dag_exists(finished: Workflow) -> None:
+    summary = finished.snakemake("--summary").stdout.splitlines()
+    header = summary[0].split("\t")
+    rows = [dict(zip(header, line.split("\t"))) for line in summary[1:] if line.strip()]
+    assert len(rows) > 20
+    missing = [row["output_file"] for row in rows if row["status"] == "missing"]
+    assert missing == [], f"outputs not made: {missing}"
+
+
+def test_the_trained_adapter_was_evaluated_through_vllm(finished: Workflow) -> None:
+    """The job that stalled on AVX2-only CPUs: refinements sampled with the RL adapter."""
+    predictions = pl.read_parquet(finished.path("evaluate/refine_rl/predictions.parquet"))
+    prompts = pl.read_parquet(finished.path("evaluate/refine_prompts.parquet"))
+    assert predictions.height == prompts.height * finished.config["inference"]["n"] > 0
+    assert predictions["adapter"].unique().to_list() == [finished.target("train/adapter")]
+    assert set(predictions["turn"]) == {2}
+
+
+def test_the_report_builds_from_the_finished_run(finished: Workflow) -> None:
+    report = finished.workdir / "report.html"
+    finished.snakemake("--report", str(report))
+    html = report.read_text()
+    assert "runs.md" in html and len(html) > 100_000
 
 
 def test_second_run_has_nothing_to_do(finished: Workflow) -> None:
