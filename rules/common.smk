@@ -1,6 +1,8 @@
 # Config validation, path helpers and config slices shared by the rule files.
+import hashlib
 import json
 import os
+from pathlib import Path
 import shlex
 
 import yaml
@@ -16,6 +18,20 @@ with open(os.path.join(workflow.basedir, "workflow", "schemas", "config.schema.y
                    [str(f) for f in workflow.overwrite_configfiles])
 validate(config, schema="../workflow/schemas/config.schema.yaml")
 check_config(config)  # every stage's own model: a bad field fails here, before any job starts
+
+# Jobs spawned by an executor plugin re-read --config from their command line, and the HTCondor plugin
+# strips quotes and splits at spaces ('evaluation={n_eval: 16}' arrives as two broken words). So jobs
+# get the parsed config as one file instead (same values, so same params and DAG).
+_config_args = workflow.config_settings.config_args or []
+if not workflow.remote_exec and any(any(c.isspace() for c in str(arg)) for arg in _config_args):
+    _jobs_config = yaml.safe_dump(dict(config), sort_keys=True)
+    _jobs_configfile = os.path.abspath(
+        f".snakemake/arc-pipeline/config-{hashlib.sha256(_jobs_config.encode()).hexdigest()[:16]}.yaml")
+    os.makedirs(os.path.dirname(_jobs_configfile), exist_ok=True)
+    with open(_jobs_configfile, "w") as _handle:
+        _handle.write(_jobs_config)
+    workflow.config_settings.configfiles = [Path(_jobs_configfile)]
+    workflow.config_settings.config_args = []
 
 wildcard_constraints:
     part=r"\d+",

@@ -11,3 +11,10 @@ rule model:
         log_path("model"),
     shell:
         "arc-pipeline --log-file {log} model --tasks {input} --output {output} --config-json {params.cfg}"
+
+# Fetching (hub) or linking (path) a model needs the internet or only the submit machine's disk:
+# run it there. Building the tiny or random model is compute, so it stays a job.
+if config["model"]["source"] in ("hub", "path"):
+
+    localrules:
+        model,
