@@ -107,3 +107,28 @@ def test_program_cannot_read_previous_programs_source_or_inputs(scan_sandbox):
         stolen = _stolen(scan_sandbox.run(THIEF.format(control=control_token), [own_input]))
         assert control_token in stolen, "the scan did not even see the thief's own source and input"
         assert victim_token not in stolen, "a program read the previous program's source or inputs"
+
+
+def test_expected_outputs_never_reach_the_program(scan_sandbox):
+    """Through the execute stage's own path: the task's expected outputs carry a token; the program's
+    scan sees its inputs (the control token) but never an expected output."""
+    import polars as pl
+
+    from arc_pipeline.domain.tasks import Pair, Task
+    from arc_pipeline.scoring.execution import execute_predictions
+
+    control_token, train_token, test_token = _token(), _token(), _token()
+
+    def grid(token):
+        return np.array([HEADER + [int(c) for c in token]], dtype=np.int8)
+
+    task = Task("t1", train=(Pair(grid(control_token), grid(train_token)),),
+                test=(Pair(grid(control_token), grid(test_token)),), source="test")
+    text = f"```python\n{THIEF.format(control=control_token)}\n```"
+    predictions = pl.DataFrame({"prediction_id": ["p0"], "task_id": ["t1"], "turn": [1], "text": [text],
+                                "hflip": [False], "rot90_k": [0], "color_map": [list(range(10))]})
+    row = execute_predictions(predictions, {"t1": task}, scan_sandbox, progress=False).row(0, named=True)
+    assert row["error_type"] is None, (row["error_type"], row["error_message"])
+    stolen = {"".join(str(v) for v in line) for out in row["train_outputs"] + row["test_outputs"] for line in out}
+    assert control_token in stolen
+    assert train_token not in stolen and test_token not in stolen
