@@ -1,4 +1,8 @@
-"""``arc-pipeline inspect PATH``: schema, row count and the first rows of a parquet, grids drawn as text."""
+"""``arc-pipeline inspect PATH``: schema, row count and the first rows of a parquet, grids drawn as text.
+
+``--where`` keeps the rows matching a SQL condition (polars SQL: ``"task_id = 'abc' AND score > 0"``),
+``--columns`` shows only some columns, ``--full`` shows long text (prompts, feedback) uncut.
+"""
 
 from __future__ import annotations
 
@@ -25,7 +29,7 @@ def is_grids_type(arrow_type: pa.DataType) -> bool:
     return pa.types.is_list(arrow_type) and is_grid_type(arrow_type.value_type)
 
 
-def format_value(value: Any, arrow_type: pa.DataType) -> str:
+def format_value(value: Any, arrow_type: pa.DataType, full: bool = False) -> str:
     if value is None:
         return "null"
     if is_grids_type(arrow_type):
@@ -34,8 +38,8 @@ def format_value(value: Any, arrow_type: pa.DataType) -> str:
     if is_grid_type(arrow_type):
         return draw_grid(value)
     text = str(value)
-    if len(text) > TEXT_PREVIEW_CHARS:
-        text = text[:TEXT_PREVIEW_CHARS] + f"... ({len(text)} chars)"
+    if not full and len(text) > TEXT_PREVIEW_CHARS:
+        text = text[:TEXT_PREVIEW_CHARS] + f"... ({len(text)} chars; --full shows all)"
     return text
 
 
@@ -49,15 +53,39 @@ def _side_by_side(drawings: list[list[str]]) -> str:
     return "\n".join(rows)
 
 
-def render(path: Path, rows: int) -> str:
+def select(table: pa.Table, where: str | None, columns: list[str] | None) -> pa.Table:
+    """The rows matching ``where`` (polars SQL) and only ``columns``; bad input names what is wrong."""
+    if columns:
+        unknown = [name for name in columns if name not in table.column_names]
+        if unknown:
+            raise InputFileError(f"unknown columns {unknown}; the file has {table.column_names}")
+    if where:
+        import polars as pl
+
+        try:
+            frame = pl.from_arrow(table.drop_columns([f.name for f in table.schema if is_grid_type(f.type)
+                                                      or is_grids_type(f.type)]))
+            indices = frame.with_row_index("__row").filter(pl.sql_expr(where))["__row"].to_list()
+        except Exception as error:  # polars raises several types for a bad SQL condition
+            raise InputFileError(f"--where {where!r}: {type(error).__name__}: {error}") from None
+        table = table.take(indices)
+    return table.select(columns) if columns else table
+
+
+def render(path: Path, rows: int, where: str | None = None, columns: list[str] | None = None,
+           full: bool = False) -> str:
     table = read_table(path)
-    lines = [f"{path}: {table.num_rows} rows, {table.num_columns} columns",
+    total, n_columns = table.num_rows, table.num_columns
+    table = select(table, where, columns)
+    lines = [f"{path}: {total} rows, {n_columns} columns",
              f"parquet metadata: {pq.ParquetFile(path).metadata.num_row_groups} row groups", "", "schema:"]
     lines += [f"  {field.name}: {field.type}" for field in table.schema]
+    if where:
+        lines += ["", f"{table.num_rows} rows match {where!r}"]
     for index, row in enumerate(table.slice(0, rows).to_pylist()):
         lines += ["", f"--- row {index} ---"]
         for field in table.schema:
-            text = format_value(row[field.name], field.type)
+            text = format_value(row[field.name], field.type, full)
             if "\n" in text:
                 lines.append(f"{field.name}:")
                 lines += ["    " + line for line in text.split("\n")]
@@ -69,11 +97,15 @@ def render(path: Path, rows: int) -> str:
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("path", type=Path, help="a parquet file written by the pipeline")
     parser.add_argument("-n", "--rows", type=int, default=3, help="rows to show")
+    parser.add_argument("-w", "--where", help="SQL condition on the columns, e.g. \"task_id = '00576224' AND score < 1\"")
+    parser.add_argument("-c", "--columns", type=lambda text: [c.strip() for c in text.split(",") if c.strip()],
+                        help="comma-separated columns to show (default: all)")
+    parser.add_argument("--full", action="store_true", help=f"show text uncut (default: {TEXT_PREVIEW_CHARS} chars)")
 
 
 def run(args: argparse.Namespace) -> int:
     try:
-        sys.stdout.write(render(args.path, args.rows) + "\n")
+        sys.stdout.write(render(args.path, args.rows, args.where, args.columns, args.full) + "\n")
     except InputFileError as error:
         sys.stderr.write(f"{error}\n")
         return 1
