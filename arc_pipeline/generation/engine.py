@@ -3,8 +3,10 @@
 What it adds to ``LLM.generate``:
 - prompts are chat-template renderings that already hold their special tokens (``<|begin_of_text|>``),
   so they are tokenized here with ``add_special_tokens=False`` (vLLM's own tokenization would add a
-  second BOS) and sent as token ids; the prompt token count comes for free;
-- prompts longer than ``max_model_len - max_tokens`` tokens are skipped and counted, never a crash;
+  second BOS) and sent as token ids; the prompt token count comes for free. ``double_bos`` keeps that
+  second BOS, as the published run had it (it passed rendered text to vLLM; docs/reproduction.md);
+- prompts longer than ``max_model_len - max_tokens`` tokens (:func:`prompt_token_limit`) are skipped
+  and counted, never a crash;
 - each request gets a seed derived from the sampling seed and a caller-given key (e.g.
   ``"{task_id}/t1/r0"``), so a rerun reproduces whatever else is in the batch (vLLM seeds the i-th
   of a request's n samples with ``request_seed + i``);
@@ -72,6 +74,11 @@ class EngineOptions(BaseModel):
     max_lora_rank: Literal[1, 8, 16, 32, 64, 128, 256, 320, 512] = Field(
         16, description="largest LoRA rank the engine accepts when an adapter is used (a vLLM-allowed value)"
     )
+    double_bos: bool = Field(
+        False, description="tokenize rendered prompts with the tokenizer's special tokens too, so each begins with "
+        "two <|begin_of_text|> as in the published run (it passed rendered text to vLLM); off = one BOS, as the "
+        "model was trained (training.double_bos is the same switch for the GRPO rollouts)",
+    )
 
 
 class EngineConfig(EngineOptions):
@@ -117,6 +124,26 @@ class Generations:
     @property
     def n_generated_tokens(self) -> int:
         return sum(c.completion_tokens for cs in self.completions for c in cs)
+
+
+def tokenize_rendered(tokenizer: Any, prompts: Sequence[str], double_bos: bool = False) -> list[list[int]]:
+    """Token ids of rendered prompts, whose special tokens are already in the text.
+
+    ``double_bos`` lets the tokenizer add its own BOS in front of the rendered one, which is what
+    vLLM did with the published run's text prompts.
+    """
+    return [list(tokenizer.encode(prompt, add_special_tokens=double_bos)) for prompt in prompts]
+
+
+def added_prompt_tokens(tokenizer: Any, double_bos: bool) -> int:
+    """Tokens :func:`tokenize_rendered` adds to a rendered prompt's own (1 with ``double_bos`` on Llama 3)."""
+    return len(tokenize_rendered(tokenizer, [""], double_bos)[0])
+
+
+def prompt_token_limit(max_model_len: int, max_tokens: int) -> int:
+    """The longest prompt (engine tokens) that leaves room for ``max_tokens``: the one rule for the
+    engine and for stages that drop prompts before inference (refine-prompts)."""
+    return max_model_len - max_tokens
 
 
 def _finish_reason(raw: str | None, where: str) -> FinishReason:
@@ -223,10 +250,10 @@ class Engine:
 
     def tokenize(self, prompts: Sequence[str]) -> list[list[int]]:
         """Token ids of rendered prompts (their special tokens are already in the text)."""
-        return [list(self.tokenizer.encode(prompt, add_special_tokens=False)) for prompt in prompts]
+        return tokenize_rendered(self.tokenizer, prompts, self.config.double_bos)
 
     def max_prompt_tokens(self, sampling: SamplingConfig) -> int:
-        return self.config.max_model_len - sampling.max_tokens
+        return prompt_token_limit(self.config.max_model_len, sampling.max_tokens)
 
     def generate(
         self,
