@@ -52,6 +52,8 @@ def known_test_frame(executions: pl.DataFrame, test_known: Mapping[str, bool] | 
 
 
 def _with_mean_row(table: pl.DataFrame, label_column: str = "task_id") -> pl.DataFrame:
+    if table.height == 0:  # no tasks (e.g. a refinement run with no prompt): no mean to state
+        return table
     means = table.select(pl.lit(MEAN_LABEL).alias(label_column),
                          pl.exclude(label_column).cast(pl.Float64).mean())
     return pl.concat([table, means], how="vertical_relaxed")

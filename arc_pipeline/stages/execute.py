@@ -77,8 +77,6 @@ def _read_inputs(args: argparse.Namespace) -> tuple[pl.DataFrame, dict[str, Task
         predictions = read_frame(args.predictions, columns)
         tasks = read_tasks_by_id([args.tasks])
         check_predictions(predictions, tasks, source=str(args.predictions))
-        if predictions.height == 0:
-            raise ValueError(f"{args.predictions}: no predictions")
     except (InputFileError, ValueError) as error:
         raise SystemExit(str(error)) from None
     return predictions, tasks

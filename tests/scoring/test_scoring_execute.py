@@ -177,6 +177,18 @@ def test_execute_stage(tmp_path, capsys, scoring_workers):
     assert "executed 6 predictions of 1 tasks" in log_text and "solved 100.0%" in log_text
 
 
+def test_execute_stage_with_no_predictions_writes_empty_tables(tmp_path):
+    """A refinement run whose tasks had no prompt samples nothing: execute must not stop the workflow."""
+    write_inputs(tmp_path, read_frame_from_rows([]))
+    assert cli_main(stage_args(tmp_path)) == 0
+    out = tmp_path / "out"
+    assert read_frame(out / "executions.parquet", EXECUTIONS_SCHEMA).height == 0
+    metrics = read_frame(out / "metrics.parquet", METRICS_SCHEMA)
+    assert metrics.height == 0  # no task, so no MEAN row either
+    assert read_frame(out / "errors.parquet").height == 0
+    assert (out / "metrics.md").read_text().startswith("| task_id | n_preds |")
+
+
 class Killed(BaseException):
     """Stands for the job being killed (not KeyboardInterrupt, which pytest treats as a stop)."""
 
@@ -265,3 +277,11 @@ def test_chunk_digest_changes_with_what_decides_results():
     assert digest(task=other_task) != base  # another test solution
     assert digest(frame=predictions.with_columns(pl.lit(True).alias("hflip"))) != base  # another augmentation
     assert digest(frame=predictions.with_columns(pl.lit(5).cast(pl.Int16).alias("round"))) == base  # irrelevant
+
+
+def test_metric_tables_carry_the_legend() -> None:
+    from arc_pipeline.scoring.legend import with_legend
+
+    table = "| task_id | valid code |\n|---|---|\n| a | 100.0% |\n"
+    text = with_legend(table)
+    assert text.startswith(table + "\n") and "valid code = a code block was present" in text
