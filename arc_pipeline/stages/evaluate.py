@@ -42,6 +42,7 @@ from arc_pipeline.schemas import (
     TRAINING_METRICS_SCHEMA,
 )
 from arc_pipeline.scoring.submission import read_submission, validate_submission, write_submission
+from arc_pipeline.scoring.legend import METRICS_LEGEND, with_legend
 from arc_pipeline.scoring.tables import common_errors, to_markdown
 
 log = logging.getLogger(__name__)
@@ -125,10 +126,10 @@ def evaluate(args: argparse.Namespace, config: EvaluateConfig) -> dict[str, Path
     results = results_table(runs, metrics)
     write_table(results, out / "runs.parquet", RUNS_SCHEMA)
     runs_md = to_markdown(seeds_table(results))
-    write_text(runs_md, out / "runs.md")
+    write_text(with_legend(runs_md), out / "runs.md")
     note = (f"{len(evaluated)} evaluation tasks. Baseline: {runs[0].initial} predictions per task; refinement "
             f"runs: the first {config.n_eval // 2} plus the refiner's refinements of their wrong answers. "
-            "MEAN over tasks; solved = one prediction right on train and test.")
+            f"MEAN over tasks; solved = one prediction right on train and test. {METRICS_LEGEND}")
     write_text(page("Evaluation runs", [("", note, runs_md)]), out / "runs.html")
     per_task = pl.concat([frame.select(pl.lit(name).alias("run"), pl.all()) for name, frame in metrics.items()],
                          how="vertical")

@@ -21,6 +21,7 @@ from pydantic import BaseModel, Field, NonNegativeInt, PositiveFloat, PositiveIn
 from arc_pipeline.config_args import add_config_argument, parse_config
 from arc_pipeline.domain.tasks import Task
 from arc_pipeline.io import InputFileError, read_frame, write_table, write_text
+from arc_pipeline.scoring.legend import with_legend
 from arc_pipeline.sandbox import SandboxConfig
 from arc_pipeline.schemas import METRICS_SCHEMA, PREDICTIONS_SCHEMA, errors_schema
 from arc_pipeline.scoring.execution import NEEDED_COLUMNS, check_predictions
@@ -103,7 +104,7 @@ def run(args: argparse.Namespace) -> None:
     test_known = {task_id: all(grid is not None for grid in tasks[task_id].test_outputs) for task_id in task_ids}
     metrics = task_metrics(executions, test_known)
     write_table(metrics, args.metrics, METRICS_SCHEMA)
-    write_text(to_markdown(metrics), args.metrics_md)
+    write_text(with_legend(to_markdown(metrics)), args.metrics_md)
     errors = error_table(executions)
     write_table(errors, args.errors, errors_schema(errors.columns[2:]))
     write_text(errors_markdown(errors, common_errors(executions)), args.errors_md)
