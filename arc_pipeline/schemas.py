@@ -218,10 +218,13 @@ RUN_LABEL_FIELDS = [
     pa.field("model", pa.string(), nullable=False),
 ]
 
-# One row per run: its labels, then the MEAN over tasks of every metric (n_preds left out).
+# One row per run: its labels, then the MEAN over tasks of every metric (n_preds left out), then the
+# refinement prompts dropped as too long for the refinement inference's context (null for the
+# baseline, and when unknown).
 RUNS_SCHEMA = pa.schema(
     RUN_LABEL_FIELDS
     + [pa.field(name, pa.float64(), nullable=True) for name in TASK_METRIC_COLUMNS if name != "n_preds"]
+    + [pa.field("dropped prompts", pa.int64(), nullable=True)]
 )
 
 # Every run's per-task metric table (METRICS_SCHEMA rows, MEAN rows included) with its run id.

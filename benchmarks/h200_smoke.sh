@@ -142,7 +142,9 @@ evaluate_execute() {
 phase_eval() {
     local n_eval=$(cfg_value "c['evaluation']['n_eval']")
     local k=$(cfg_value "c['evaluation']['refinement_prompts']")
-    local max_prompt=$(cfg_value "c['refinement']['max_prompt_tokens']")
+    # the refinement runs' context (rules/evaluate.smk): evaluation.refinement_max_model_len, else inference's
+    local context=$(cfg_value "c['evaluation'].get('refinement_max_model_len') or c['inference']['max_model_len']")
+    local max_tokens=$(cfg_value "c['inference']['max_tokens']")
     local eval_cfg=$(slice inference n_predictions=$n_eval)
     step inference_baseline inference --tasks "$R/arc_tasks/tasks.parquet" --model "$R/model/base" \
         --output "$R/evaluate/baseline/predictions.parquet" --config-json "$eval_cfg" &&
@@ -153,9 +155,10 @@ phase_eval() {
     step refine_prompts refine-prompts --tasks "$R/arc_tasks/tasks.parquet" \
         --predictions "$R/evaluate/baseline/predictions.parquet" --executions "$R/evaluate/baseline/executions.parquet" \
         --model "$R/model/base" --first-predictions $((n_eval / 2)) --output "$R/evaluate/refine_prompts.parquet" \
-        --config-json "{\"max_prompt_tokens\": $max_prompt, \"refinement_prompts\": $k}" &&
+        --dropped "$R/evaluate/refine_prompts.dropped.parquet" \
+        --config-json "{\"max_model_len\": $context, \"max_tokens\": $max_tokens, \"refinement_prompts\": $k}" &&
     step inference_refine_base inference --refinements "$R/evaluate/refine_prompts.parquet" --model "$R/model/base" \
-        --output "$R/evaluate/refine_base/predictions.parquet" --config-json "$(slice inference)" &&
+        --output "$R/evaluate/refine_base/predictions.parquet" --config-json "$(slice inference max_model_len=$context)" &&
     evaluate_execute refine_base &&
     step inference_refine_rl inference --refinements "$R/evaluate/refine_prompts.parquet" --model "$R/model/base" \
         --adapter "$R/train/adapter" --output "$R/evaluate/refine_rl/predictions.parquet" \
@@ -167,6 +170,8 @@ phase_eval() {
         --refinement-predictions "$R/evaluate/refine_base/predictions.parquet" "$R/evaluate/refine_rl/predictions.parquet" \
         --refinements "$R/evaluate/refine_base/executions.parquet" "$R/evaluate/refine_rl/executions.parquet" \
         --training-metrics "$R/train/metrics.parquet" --output-dir "$R/evaluate/report" \
+        --dropped-refinement-prompts "$R/evaluate/refine_prompts.dropped.parquet" \
+        --execution-rules "$(cfg_value "c['execution'].get('rules', 'strict')")" \
         --config-json "$(slice evaluation)"
 }
 

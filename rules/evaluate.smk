@@ -10,12 +10,27 @@ def eval_inference_slice(n_predictions):
     return shlex.quote(json.dumps(merged, sort_keys=True))
 
 
+def refinement_inference():
+    """The inference settings of the refinement runs: `inference` with the evaluation's own context."""
+    own = config["evaluation"].get("refinement_max_model_len")
+    return dict(config["inference"], **({"max_model_len": own} if own is not None else {}))
+
+
 def refine_prompts_slice():
-    """Exactly what refine-prompts reads: prompts per task and the prompt length limit."""
+    """Exactly what refine-prompts reads: prompts per task and the refinement inference's context, from
+    which it derives the prompt length limit (so it drops exactly what that inference could not sample)."""
+    inference = refinement_inference()
     value = {"refinement_prompts": config["evaluation"]["refinement_prompts"]}
-    if "max_prompt_tokens" in config["refinement"]:
-        value["max_prompt_tokens"] = config["refinement"]["max_prompt_tokens"]
+    for key in ("max_model_len", "max_tokens", "double_bos"):
+        if key in inference:
+            value[key] = inference[key]
     return shlex.quote(json.dumps(value, sort_keys=True))
+
+
+def evaluation_execution():
+    """`execution` with the evaluation's own settings (`evaluation.execution`) merged over it."""
+    own = {key: value for key, value in config["evaluation"].get("execution", {}).items() if value is not None}
+    return dict(config["execution"], **own)
 
 
 def evaluation_report(name, caption, subcategory):
@@ -66,7 +81,8 @@ rule evaluate_refine_prompts:
         executions=result("evaluate/baseline/executions.parquet"),
         model=rules.model.output,
     output:
-        result("evaluate/refine_prompts.parquet"),
+        prompts=result("evaluate/refine_prompts.parquet"),
+        dropped=result("evaluate/refine_prompts.dropped.parquet"),
     params:
         cfg=refine_prompts_slice(),
         first_half=config["evaluation"]["n_eval"] // 2,
@@ -75,18 +91,18 @@ rule evaluate_refine_prompts:
     shell:
         "arc-pipeline --log-file {log} refine-prompts --tasks {input.tasks} --predictions {input.predictions}"
         " --executions {input.executions} --model {input.model} --first-predictions {params.first_half}"
-        " --output {output} --config-json {params.cfg}"
+        " --output {output.prompts} --dropped {output.dropped} --config-json {params.cfg}"
 
 
 rule evaluate_refinement_inference:
     input:
-        refinements=rules.evaluate_refine_prompts.output,
+        refinements=rules.evaluate_refine_prompts.output.prompts,
         model=rules.model.output,
         adapter=refiner_adapter,
     output:
         result("evaluate/refine_{refiner}/predictions.parquet"),
     params:
-        cfg=config_slice("inference"),
+        cfg=shlex.quote(json.dumps(refinement_inference(), sort_keys=True)),
         adapter=lambda wildcards, input: f"--adapter {input.adapter}" if input.adapter else "",
     threads: config["cluster"]["gpu"]["threads"]
     resources:
@@ -109,7 +125,7 @@ rule evaluate_execute:
         errors=result("evaluate/{run}/errors.parquet"),
         errors_md=result("evaluate/{run}/errors.md"),
     params:
-        cfg=config_slice("execution"),
+        cfg=shlex.quote(json.dumps(evaluation_execution(), sort_keys=True)),
     threads: config["cluster"]["cpu"]["threads"]
     log:
         log_path("evaluate/{run}/execute"),
@@ -127,6 +143,7 @@ rule evaluate:
         refinement_predictions=expand(result("evaluate/refine_{refiner}/predictions.parquet"), refiner=REFINERS),
         refinements=expand(result("evaluate/refine_{refiner}/executions.parquet"), refiner=REFINERS),
         training_metrics=rules.train.output.metrics,
+        dropped_prompts=rules.evaluate_refine_prompts.output.dropped,
     output:
         runs=result("evaluate/report/runs.md"),
         runs_html=evaluation_report("runs.html", "runs.rst", "Tables"),
@@ -147,6 +164,7 @@ rule evaluate:
     params:
         cfg=config_slice("evaluation"),
         refiners=" ".join(REFINERS),
+        rules=evaluation_execution().get("rules", "strict"),
         outdir=result("evaluate/report"),
     log:
         log_path("evaluate/report"),
@@ -155,4 +173,5 @@ rule evaluate:
         " --baseline-predictions {input.baseline_predictions} --baseline {input.baseline}"
         " --refiners {params.refiners} --refinement-predictions {input.refinement_predictions}"
         " --refinements {input.refinements} --training-metrics {input.training_metrics}"
+        " --dropped-refinement-prompts {input.dropped_prompts} --execution-rules {params.rules}"
         " --output-dir {params.outdir} --config-json {params.cfg}"

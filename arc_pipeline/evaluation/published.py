@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from arc_pipeline.evaluation.runs import DROPPED_PROMPTS
 from arc_pipeline.scoring.tables import runs_table
 
 # ARC-AGI-1 evaluation, 400 tasks (research notes, iteration 34); shares, not percentages.
@@ -23,20 +24,33 @@ PUBLISHED_ROWS: tuple[tuple[int, int, str, tuple[float, ...]], ...] = (
 )
 
 
+# The published runs executed programs under the researchers' runner (execution.rules: published).
+PUBLISHED_RULES = "published"
+RULES_COLUMN = "execution rules"
+
+
 def published_table() -> pl.DataFrame:
-    """The three published rows: initial, refinement, model and the twelve metrics as shares."""
+    """The three published rows: initial, refinement, model, the twelve metrics as shares and the
+    dropped refinement prompts (none: their refinement context was 14,500 tokens)."""
     rows = [
         {"initial": initial, "refinement": refinement, "model": model,
-         **{name: value / 100 for name, value in zip(PUBLISHED_COLUMNS, values)}}
+         **{name: value / 100 for name, value in zip(PUBLISHED_COLUMNS, values)},
+         DROPPED_PROMPTS: 0 if refinement else None}
         for initial, refinement, model, values in PUBLISHED_ROWS
     ]
-    return pl.DataFrame(rows).with_columns(pl.col("initial", "refinement").cast(pl.Int64))
+    return pl.DataFrame(rows).with_columns(pl.col("initial", "refinement", DROPPED_PROMPTS).cast(pl.Int64))
 
 
-def comparison_table(results: pl.DataFrame) -> pl.DataFrame:
-    """Published rows then this run's rows (a ``source`` column tells them apart); this run's
-    ``solved`` column is kept, null ("-") for the published rows, which did not report it."""
-    ours = results.drop("run", strict=False).with_columns(pl.lit("this run").alias("source"))
-    published = published_table().with_columns(pl.lit("published").alias("source"))
+def comparison_table(results: pl.DataFrame, rules: str) -> pl.DataFrame:
+    """Published rows then this run's rows; ``source`` tells them apart and ``execution rules`` names
+    the rules each was scored under (``rules``: this run's ``execution.rules``). This run's ``solved``
+    column is kept, null ("-") for the published rows, which did not report it."""
+    ours = results.drop("run", strict=False).with_columns(pl.lit("this run").alias("source"),
+                                                          pl.lit(rules).alias(RULES_COLUMN))
+    published = published_table().with_columns(pl.lit("published").alias("source"),
+                                                pl.lit(PUBLISHED_RULES).alias(RULES_COLUMN))
     table = runs_table([published, ours])
-    return table.select("source", *[c for c in table.columns if c != "source"])
+    # this run's column order (published rows lack `solved`, which would otherwise come last)
+    first = ("source", RULES_COLUMN)
+    order = [c for c in ours.columns if c not in first] + [c for c in table.columns if c not in ours.columns]
+    return table.select(*first, *order)

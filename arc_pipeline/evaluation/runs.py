@@ -129,6 +129,19 @@ def results_table(runs: list[Run], metrics: Mapping[str, pl.DataFrame]) -> pl.Da
     return runs_table(rows).with_columns(pl.col("initial", "refinement").cast(pl.Int64))
 
 
+DROPPED_PROMPTS = "dropped prompts"
+
+
+def with_dropped_prompts(results: pl.DataFrame, dropped: int | None) -> pl.DataFrame:
+    """Add the ``dropped prompts`` column: per refinement run, the refinement prompts that refine-prompts
+    dropped as longer than the refinement inference's context allows (the same prompts for every
+    refiner); null for the baseline, which has none, and everywhere when the count is unknown."""
+    count = pl.lit(dropped, dtype=pl.Int64)
+    return results.with_columns(
+        pl.when(pl.col("run") == BASELINE_RUN).then(pl.lit(None, dtype=pl.Int64)).otherwise(count)
+        .alias(DROPPED_PROMPTS))
+
+
 def seeds_table(results: pl.DataFrame) -> pl.DataFrame:
     """The results table as the seeds print it (section 11 columns, plus ``solved``): no run id."""
     return results.drop("run")

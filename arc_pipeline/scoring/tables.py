@@ -28,7 +28,7 @@ from arc_pipeline.schemas import (
 )
 
 MEAN_LABEL = "MEAN"
-INTEGER_COLUMNS = frozenset({"n_preds", "count", "tasks", "initial", "refinement"})
+INTEGER_COLUMNS = frozenset({"n_preds", "count", "tasks", "initial", "refinement", "dropped prompts"})
 # columns of an executions frame the tables read (lets callers read only these from a big parquet)
 EXECUTION_COLUMNS = (
     "task_id", "has_code", "error_type", "error_message", "fingerprint",

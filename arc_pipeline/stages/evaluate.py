@@ -19,9 +19,10 @@ from __future__ import annotations
 import argparse
 import logging
 from pathlib import Path
+from typing import Literal
 
 import polars as pl
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from arc_pipeline.config_args import add_config_argument, parse_config
 from arc_pipeline.task_files import read_tasks_by_id
@@ -29,11 +30,18 @@ from arc_pipeline.domain.tasks import Task
 from arc_pipeline.evaluation import analysis, plots
 from arc_pipeline.evaluation.html import page
 from arc_pipeline.evaluation.published import comparison_table
-from arc_pipeline.evaluation.runs import build_runs, results_table, run_task_metrics, seeds_table
+from arc_pipeline.evaluation.runs import (
+    build_runs,
+    results_table,
+    run_task_metrics,
+    seeds_table,
+    with_dropped_prompts,
+)
 from arc_pipeline.io import InputFileError, read_frame, write_table, write_text
 from arc_pipeline.schemas import (
     EXECUTIONS_SCHEMA,
     PREDICTIONS_SCHEMA,
+    REFINEMENT_SCHEMA,
     RUN_ERRORS_SCHEMA,
     RUN_KAGGLE_SCHEMA,
     RUN_PASS_AT_K_SCHEMA,
@@ -58,6 +66,19 @@ OUTPUT_FILES = (
 PUBLISHED_FILES = ("published.md", "published.html")
 
 
+class EvaluationExecution(BaseModel):
+    """``evaluation.execution``: the ``execution`` settings the evaluation's execute jobs change
+    (rules/evaluate.smk merges them over ``execution``; unset = as in ``execution``). One slice for
+    the baseline and the refinements: a refinement run holds the baseline's first half, executed once."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    timeout_s: float | None = Field(None, gt=0, description="time limit of one program on all its inputs "
+                                    "(the published evaluation's initial predictions: 5 s)")
+    memory_mb: int | None = Field(None, gt=0, description="memory limit of one program in MiB")
+    rules: Literal["strict", "published"] | None = Field(None, description="execution rules (see execution.rules)")
+
+
 class EvaluateConfig(BaseModel):
     """The workflow config's ``evaluation`` section."""
 
@@ -68,6 +89,12 @@ class EvaluateConfig(BaseModel):
                                            "like the trained adapter")
     compare_with_published: bool = Field(False, description="also write the table beside the published "
                                          "results (pipeline-facts 11); for the published preset only")
+    refinement_max_model_len: int | None = Field(
+        None, gt=0, description="vLLM context length of the refinement inference runs; refine-prompts drops "
+        "prompts longer than it minus inference.max_tokens (counted in runs.md). None = inference.max_model_len. "
+        "Published refinement evaluation: 14,500 (no prompt dropped)")
+    execution: EvaluationExecution = Field(default_factory=EvaluationExecution,
+                                           description="execution settings of the evaluation runs")
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -80,6 +107,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--refinements", type=Path, nargs="*", default=[],
                         help="each refiner's executions parquet, in --refiners order")
     parser.add_argument("--training-metrics", type=Path, help="training metrics parquet (TRAINING_METRICS_SCHEMA)")
+    parser.add_argument("--dropped-refinement-prompts", type=Path,
+                        help="refinement prompts refine-prompts dropped as too long (REFINEMENT_SCHEMA): "
+                        "counted per run in runs.md (without it the count is unknown, '-')")
+    parser.add_argument("--execution-rules", choices=("strict", "published"),
+                        help="the execution rules of the evaluation runs, named beside the published numbers")
     parser.add_argument("--output-dir", type=Path, required=True, help="folder for the tables and figures")
     add_config_argument(parser)
 
@@ -123,23 +155,34 @@ def evaluate(args: argparse.Namespace, config: EvaluateConfig) -> dict[str, Path
 
     # the results table, per-task tables and the published comparison
     metrics = run_task_metrics(runs, test_known)
-    results = results_table(runs, metrics)
+    dropped = None
+    if args.dropped_refinement_prompts is not None:
+        dropped = read_frame(args.dropped_refinement_prompts, REFINEMENT_SCHEMA).height
+        if dropped:
+            log.warning("%d refinement prompts were dropped as too long for the refinement context "
+                        "(evaluation.refinement_max_model_len): see 'dropped prompts' in runs.md", dropped)
+    results = with_dropped_prompts(results_table(runs, metrics), dropped)
     write_table(results, out / "runs.parquet", RUNS_SCHEMA)
     runs_md = to_markdown(seeds_table(results))
     write_text(with_legend(runs_md), out / "runs.md")
     note = (f"{len(evaluated)} evaluation tasks. Baseline: {runs[0].initial} predictions per task; refinement "
             f"runs: the first {config.n_eval // 2} plus the refiner's refinements of their wrong answers. "
-            f"MEAN over tasks; solved = one prediction right on train and test. {METRICS_LEGEND}")
+            "MEAN over tasks; solved = one prediction right on train and test; dropped prompts = refinement "
+            f"prompts too long for the refinement context, never sampled. {METRICS_LEGEND}")
     write_text(page("Evaluation runs", [("", note, runs_md)]), out / "runs.html")
     per_task = pl.concat([frame.select(pl.lit(name).alias("run"), pl.all()) for name, frame in metrics.items()],
                          how="vertical")
     write_table(per_task, out / "tasks.parquet", RUN_TASK_METRICS_SCHEMA)
     if config.compare_with_published:
-        published_md = to_markdown(comparison_table(results))
+        if args.execution_rules is None:
+            raise SystemExit("evaluate: compare_with_published needs --execution-rules (the rules the runs used)")
+        published_md = to_markdown(comparison_table(results, args.execution_rules))
         write_text(published_md, out / "published.md")
         write_text(page("This run beside the published results",
-                        [("", "Published: ARC-AGI-1 evaluation, 400 tasks (research notes, iteration 34).",
-                          published_md)]), out / "published.html")
+                        [("", "Published: ARC-AGI-1 evaluation, 400 tasks (research notes, iteration 34), "
+                          "executed under the researchers' rules ('published'); this run's rules are in the "
+                          "'execution rules' column (docs/reproduction.md).", published_md)]),
+                   out / "published.html")
 
     # Kaggle scoring per run, and the best run's submission
     kaggle = [analysis.kaggle_result(run, evaluated) for run in runs]

@@ -21,6 +21,7 @@ from arc_pipeline.config_args import add_config_argument, parse_config
 from arc_pipeline.task_files import read_tasks_by_id
 from arc_pipeline.domain.tasks import Task
 from arc_pipeline.evaluation.runs import first_half
+from arc_pipeline.generation.engine import added_prompt_tokens, prompt_token_limit
 from arc_pipeline.io import InputFileError, read_frame, write_table
 from arc_pipeline.refinement import (
     attach_predictions,
@@ -34,13 +35,25 @@ log = logging.getLogger(__name__)
 
 
 class RefinePromptsConfig(BaseModel):
-    """``evaluation.refinement_prompts`` and ``refinement.max_prompt_tokens`` of the workflow config."""
+    """``evaluation.refinement_prompts`` plus the refinement inference's context: the workflow passes
+    the context length (``evaluation.refinement_max_model_len``, else ``inference.max_model_len``),
+    ``inference.max_tokens`` and ``inference.double_bos``. A prompt is dropped here exactly when the
+    refinement inference could not sample it, so every drop is counted in one place."""
 
     refinement_prompts: int = Field(8, ge=1, description="prompts per task, cycling through its distinct "
                                     "wrong predictions (seeds: 8, each sampled 8 times)")
-    max_prompt_tokens: int | None = Field(
-        8700, ge=1, description="drop prompts longer than this many tokens (None keeps all); the seeds' "
-        "longest refinement prompt had 8,511")
+    max_model_len: int = Field(9700, gt=0, description="context length of the refinement inference "
+                               "(published refinement evaluation: 14,500)")
+    max_tokens: int = Field(1024, ge=1, description="completion tokens of the refinement inference")
+    double_bos: bool = Field(False, description="the refinement inference adds a second BOS (one more token)")
+
+    def max_prompt_tokens(self, tokenizer) -> int:
+        """The longest prompt kept, counted as REFINEMENT_SCHEMA's ``prompt_tokens`` (rendered text)."""
+        limit = prompt_token_limit(self.max_model_len, self.max_tokens) - added_prompt_tokens(tokenizer, self.double_bos)
+        if limit < 1:
+            raise ValueError(f"max_tokens {self.max_tokens} leaves no room for a prompt in max_model_len "
+                             f"{self.max_model_len}")
+        return limit
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -51,6 +64,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--first-predictions", type=int, required=True,
                         help="refine only the first N predictions of each task (n_eval / 2)")
     parser.add_argument("--output", type=Path, required=True, help="refinement prompts parquet (REFINEMENT_SCHEMA)")
+    parser.add_argument("--dropped", type=Path, help="the prompts dropped as too long (REFINEMENT_SCHEMA); "
+                        "the evaluation report counts them per run")
     add_config_argument(parser)
 
 
@@ -63,8 +78,9 @@ def build_prompts(
     tokenizer,
     first_predictions: int,
     config: RefinePromptsConfig,
-) -> tuple[list[dict], dict[str, int]]:
-    """REFINEMENT_SCHEMA rows (task by task, K each, in cycling order) and counts of what happened.
+) -> tuple[list[dict], list[dict], dict[str, int]]:
+    """REFINEMENT_SCHEMA rows kept (task by task, K each, in cycling order), those dropped as too long,
+    and counts of what happened.
 
     A prediction chosen several times (fewer distinct wrong answers than K) is rendered once.
     """
@@ -74,7 +90,9 @@ def build_prompts(
     rendered = {row["prediction_id"]: row
                 for row in refinement_examples(tasks, distinct.iter_rows(named=True), tokenizer)}
     examples = [rendered[prediction_id] for prediction_id in selected["prediction_id"].to_list()]
-    kept, dropped = drop_long_prompts(examples, config.max_prompt_tokens)
+    limit = config.max_prompt_tokens(tokenizer)
+    kept, dropped = drop_long_prompts(examples, limit)
+    too_long = [example for example in examples if example["prompt_tokens"] > limit]
     counts = {
         "tasks": executions["task_id"].n_unique(),
         "first_half_predictions": half.height,
@@ -83,8 +101,10 @@ def build_prompts(
         "prompts": len(examples),
         "dropped_too_long": dropped,
         "kept": len(kept),
+        "tasks_losing_all_refinements": len({e["task_id"] for e in too_long} - {e["task_id"] for e in kept}),
+        "max_prompt_tokens": limit,
     }
-    return kept, counts
+    return kept, too_long, counts
 
 
 def run(args: argparse.Namespace) -> int:
@@ -100,9 +120,15 @@ def run(args: argparse.Namespace) -> int:
     if unknown:
         raise InputFileError(f"{args.executions}: tasks not in {args.tasks}: {sorted(unknown)[:5]}")
     tokenizer = load_tokenizer(args.model)
-    rows, counts = build_prompts(tasks, predictions, executions, tokenizer, args.first_predictions, config)
+    try:
+        rows, dropped, counts = build_prompts(tasks, predictions, executions, tokenizer, args.first_predictions,
+                                              config)
+    except ValueError as error:
+        raise SystemExit(f"refine-prompts: {error}") from None
     log.info("refinement prompts: %s", ", ".join(f"{key} {value}" for key, value in counts.items()))
     if not rows:
         log.warning("no task has a wrong first-half prediction with valid outputs: no refinement prompts")
     write_table(rows, args.output, REFINEMENT_SCHEMA)
+    if args.dropped is not None:
+        write_table(dropped, args.dropped, REFINEMENT_SCHEMA)
     return 0

@@ -12,6 +12,7 @@ from arc_pipeline.evaluation.runs import (
     build_runs,
     first_half,
     first_half_ids,
+    with_dropped_prompts,
     results_table,
     run_task_metrics,
     samples_per_round,
@@ -115,12 +116,17 @@ def test_seeds_format():
 
 def test_published_comparison_keeps_both_sources():
     runs = make_runs()
-    table = comparison_table(results_table(runs, run_task_metrics(runs, TEST_KNOWN)))
-    markdown = to_markdown(table).splitlines()
-    assert markdown[2] == ("| published | 128 | 0 | base | 99.9% | 71.7% | 49.8% | 42.1% | 2.4% | 1.6% | 16.3% "
-                           "| 40.9% | 2.0% | 2.0% | 23.0% | 16.3% | - |")
-    assert markdown[4].startswith("| published | 64 | 64 | RL-refiner | 93.7% |")
-    assert markdown[5].startswith("| this run | 4 | 0 | base | 87.5% |")
+    results = with_dropped_prompts(results_table(runs, run_task_metrics(runs, TEST_KNOWN)), 3)
+    markdown = to_markdown(comparison_table(results, "strict")).splitlines()
+    assert markdown[0].startswith("| source | execution rules | initial | refinement | model | valid code |")
+    assert markdown[2] == ("| published | published | 128 | 0 | base | 99.9% | 71.7% | 49.8% | 42.1% | 2.4% | 1.6% "
+                           "| 16.3% | 40.9% | 2.0% | 2.0% | 23.0% | 16.3% | - | - |")
+    assert markdown[4].startswith("| published | published | 64 | 64 | RL-refiner | 93.7% |")
+    assert markdown[4].endswith("| - | 0 |")  # solved not reported; no refinement prompt dropped
+    assert markdown[5].startswith("| this run | strict | 4 | 0 | base | 87.5% |") and markdown[5].endswith("| - |")
+    assert markdown[7].startswith("| this run | strict | 2 | 4 | RL-refiner |") and markdown[7].endswith("| 3 |")
+    published = to_markdown(comparison_table(results, "published"))
+    assert published.count("| this run | published |") == 3
 
 
 def test_pass_at_k_by_hand():

@@ -38,8 +38,13 @@ def refine_prompts(paths: dict[str, Path], model: Path, output: Path, k: int, fi
     config = {"refinement_prompts": k, **extra}
     cli_main(["refine-prompts", "--tasks", str(paths["tasks"]), "--predictions", str(paths["baseline_predictions"]),
               "--executions", str(paths["baseline"]), "--model", str(model), "--first-predictions", str(first),
-              "--output", str(output), "--config-json", json.dumps(config)])
+              "--output", str(output), "--dropped", str(output.with_suffix(".dropped.parquet")),
+              "--config-json", json.dumps(config)])
     return read_frame(output, REFINEMENT_SCHEMA)
+
+
+def dropped_prompts(output: Path) -> pl.DataFrame:
+    return read_frame(output.with_suffix(".dropped.parquet"), REFINEMENT_SCHEMA)
 
 
 def test_refine_prompts_k_per_task_cycling_distinct_wrong_answers(tiny_model, tmp_path):
@@ -68,33 +73,63 @@ def test_refine_prompts_first_half_and_length_limit(tiny_model, tmp_path):
     # with all 4 predictions, B's best wrong answer is r1/s0 (0.5 of train right)
     frame = refine_prompts(paths, tiny_model, tmp_path / "all.parquet", k=2, first=4)
     assert frame.filter(pl.col("task_id") == "B")["prediction_id"].to_list() == ["B/t1/r1/s0", "B/t1/r0/s0"]
-    frame = refine_prompts(paths, tiny_model, tmp_path / "none.parquet", k=2, max_prompt_tokens=1)
-    assert frame.height == 0
+    assert dropped_prompts(tmp_path / "all.parquet").height == 0
 
 
-def run_evaluate(paths: dict[str, Path], out: Path, **config) -> None:
+def test_refine_prompts_drop_what_the_refinement_context_cannot_hold(tiny_model, tmp_path):
+    """The limit is the refinement inference's max_model_len - max_tokens (one more BOS with double_bos)."""
+    paths = data.write_inputs(tmp_path)
+    fits = refine_prompts(paths, tiny_model, tmp_path / "fits.parquet", k=2, max_model_len=100_000, max_tokens=10)
+    longest = fits["prompt_tokens"].max()
+    assert (fits["prompt_tokens"] < longest).any()  # the tasks' prompts differ in length
+    exact = dict(max_model_len=longest + 10, max_tokens=10)
+    assert refine_prompts(paths, tiny_model, tmp_path / "exact.parquet", k=2, **exact).height == fits.height
+    assert dropped_prompts(tmp_path / "exact.parquet").height == 0
+    # the engine would send the longest prompts with a second BOS: one token too many
+    kept = refine_prompts(paths, tiny_model, tmp_path / "bos.parquet", k=2, double_bos=True, **exact)
+    dropped = dropped_prompts(tmp_path / "bos.parquet")
+    assert dropped.height == (fits["prompt_tokens"] == longest).sum() > 0
+    assert kept.height + dropped.height == fits.height
+    assert set(dropped["prompt_tokens"].to_list()) == {longest}
+    with pytest.raises(SystemExit, match="leaves no room"):
+        refine_prompts(paths, tiny_model, tmp_path / "none.parquet", k=2, max_model_len=10, max_tokens=10)
+
+
+def run_evaluate(paths: dict[str, Path], out: Path, extra_args: tuple[str, ...] = (), **config) -> None:
     cli_main(["evaluate", "--tasks", str(paths["tasks"]),
               "--baseline-predictions", str(paths["baseline_predictions"]), "--baseline", str(paths["baseline"]),
               "--refiners", "base", "rl",
               "--refinement-predictions", str(paths["base_predictions"]), str(paths["rl_predictions"]),
               "--refinements", str(paths["base"]), str(paths["rl"]),
-              "--training-metrics", str(paths["training_metrics"]), "--output-dir", str(out),
+              "--training-metrics", str(paths["training_metrics"]), "--output-dir", str(out), *extra_args,
               "--config-json", json.dumps({"n_eval": data.N_EVAL, "refinement_prompts": data.K, **config})])
 
 
-def test_evaluate_stage_end_to_end(tmp_path):
+def test_evaluate_stage_end_to_end(tiny_model, tmp_path):
     paths = data.write_inputs(tmp_path / "in")
     out = tmp_path / "report"
-    run_evaluate(paths, out, compare_with_published=True)
+    # refine-prompts with a context too small for any prompt: all of them dropped
+    kept = refine_prompts(paths, tiny_model, tmp_path / "prompts.parquet", k=data.K, max_model_len=11, max_tokens=10)
+    dropped = tmp_path / "prompts.dropped.parquet"
+    n_dropped = read_frame(dropped, REFINEMENT_SCHEMA).height
+    assert kept.height == 0 and n_dropped == 2 * data.K
+    with pytest.raises(SystemExit, match="--execution-rules"):
+        run_evaluate(paths, out, compare_with_published=True)
+    run_evaluate(paths, out, ("--dropped-refinement-prompts", str(dropped), "--execution-rules", "strict"),
+                 compare_with_published=True)
 
     runs = read_frame(out / "runs.parquet", RUNS_SCHEMA)
     assert runs.select("run", "initial", "refinement", "model").rows() == [
         ("baseline", 4, 0, "base"), ("refine_base", 2, 4, "base refines"), ("refine_rl", 2, 4, "RL-refiner")]
+    assert runs["dropped prompts"].to_list() == [None, n_dropped, n_dropped]
     markdown = (out / "runs.md").read_text().splitlines()
     assert markdown[0].startswith("| initial | refinement | model | valid code |")
-    assert markdown[2].startswith("| 4 | 0 | base | 87.5% | 62.5% |")
+    assert markdown[0].endswith("| solved | dropped prompts |")
+    assert markdown[2].startswith("| 4 | 0 | base | 87.5% | 62.5% |") and markdown[2].endswith("| - |")
+    assert markdown[3].endswith(f"| {n_dropped} |")
     assert "<td class=\"num\">87.5%</td>" in (out / "runs.html").read_text()
-    assert (out / "published.md").read_text().count("| published |") == 3
+    published = (out / "published.md").read_text()
+    assert published.count("| published | published |") == 3 and published.count("| this run | strict |") == 3
 
     kaggle = read_frame(out / "kaggle.parquet", RUN_KAGGLE_SCHEMA)
     assert kaggle["score"].to_list() == [1.0, 0.0, 1.0]
