@@ -71,6 +71,12 @@ def _message_figure(path: Path, title: str, message: str) -> Path:
         plt.close(fig)
 
 
+def percent_limits(fractions: list[float]) -> tuple[float, float]:
+    """y limits in percent for fractions in [0, 1]: from 0, with headroom, never past 100 nor below 5."""
+    top = 100 * max((v for v in fractions if v is not None), default=0.0)
+    return 0.0, min(100.0, max(5.0, top * 1.1))
+
+
 def plot_pass_at_k(curves: pl.DataFrame, path: Path, success: str = "solved") -> Path:
     """``curves``: columns run, model, k, pass_at_k (``RUN_PASS_AT_K_SCHEMA``)."""
     title = f"pass@k on the evaluation tasks (success: {success})"
@@ -92,6 +98,7 @@ def plot_pass_at_k(curves: pl.DataFrame, path: Path, success: str = "solved") ->
         ax.xaxis.set_minor_formatter(NullFormatter())
     ax.set_xlabel("k (predictions drawn per task)")
     ax.set_ylabel("pass@k (% of tasks)")
+    ax.set_ylim(*percent_limits(curves["pass_at_k"].to_list()))  # autoscale of all-zero curves shows -5%
     ax.set_title(title)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend()
