@@ -1,6 +1,7 @@
 # arc-pipeline: BARC data -> inference -> execution -> refinement dataset -> GRPO -> evaluation.
 # Run: snakemake --profile profiles/local (embedded default) or snakemake --profile condor.
 import os
+from pathlib import Path
 
 from snakemake.utils import min_version
 
@@ -31,3 +32,11 @@ rule all:
     input:
         all_targets(),
     default_target: True
+
+
+# The report's home page says what ran (arc_pipeline/report_home.py); written by the main process only.
+if not workflow.remote_exec:
+    from arc_pipeline.report_home import write_home
+
+    report: str(write_home(config, Path(workflow.basedir), [str(f) for f in workflow.overwrite_configfiles],
+                           Path(".snakemake/arc-pipeline/report-home.rst")))
