@@ -64,6 +64,9 @@ OUTPUT_FILES = (
     "passk.png", "training.png",
 )
 PUBLISHED_FILES = ("published.md", "published.html")
+DROPPED_LEGEND = ("dropped prompts = refinement prompts longer than the refinement context allows "
+                  "(evaluation.refinement_max_model_len - inference.max_tokens), never sampled; '-' = none to drop "
+                  "(baseline) or not counted.")
 
 
 class EvaluationExecution(BaseModel):
@@ -164,7 +167,7 @@ def evaluate(args: argparse.Namespace, config: EvaluateConfig) -> dict[str, Path
     results = with_dropped_prompts(results_table(runs, metrics), dropped)
     write_table(results, out / "runs.parquet", RUNS_SCHEMA)
     runs_md = to_markdown(seeds_table(results))
-    write_text(with_legend(runs_md), out / "runs.md")
+    write_text(with_legend(runs_md) + "\n" + DROPPED_LEGEND + "\n", out / "runs.md")
     note = (f"{len(evaluated)} evaluation tasks. Baseline: {runs[0].initial} predictions per task; refinement "
             f"runs: the first {config.n_eval // 2} plus the refiner's refinements of their wrong answers. "
             "MEAN over tasks; solved = one prediction right on train and test; dropped prompts = refinement "

@@ -40,3 +40,48 @@ def test_published_preset_does_not_inherit_the_cpu_default() -> None:
 def test_without_configfile_the_embedded_default_applies() -> None:
     default = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
     assert train_config_json() == default["training"]
+
+
+def planned_configs(target: str, *extra: str) -> dict[str, list[tuple[list[str], dict]]]:
+    """Per stage command (``inference``, ``execute``, ...) of a dry run: its arguments and config slice."""
+    bin_dir = Path(sys.executable).parent
+    env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}", CONDOR_CONFIG="/dev/null")
+    extra = tuple(str(REPO / arg) if arg.startswith("config/") else arg for arg in extra)
+    with tempfile.TemporaryDirectory() as workdir:
+        result = subprocess.run(
+            [str(bin_dir / "snakemake"), "--snakefile", str(REPO / "Snakefile"), "--directory", workdir,
+             target, "-n", "-p", "--cores", "1", *extra],
+            cwd=workdir, capture_output=True, text=True, env=env, timeout=300,
+        )
+    assert result.returncode == 0, result.stderr[-3000:]
+    planned: dict[str, list[tuple[list[str], dict]]] = {}
+    for line in (result.stdout + result.stderr).splitlines():
+        if "arc-pipeline --log-file" in line and "--config-json" in line:
+            words = shlex.split(re.sub(r"^.*?arc-pipeline", "arc-pipeline", line))
+            planned.setdefault(words[3], []).append((words, json.loads(words[-1])))
+    return planned
+
+
+def test_published_preset_evaluates_with_its_own_context_and_timeout() -> None:
+    planned = planned_configs("evaluate", "--configfile", "config/barc-multiturn.yaml")
+    [(_, prompts)] = planned["refine-prompts"]
+    assert prompts == {"refinement_prompts": 8, "max_model_len": 14500, "max_tokens": 1024, "double_bos": False}
+    contexts = {"--refinements" in words: config["max_model_len"] for words, config in planned["inference"]}
+    assert contexts == {True: 14500, False: 9700}  # refinement runs vs BARC and baseline inference
+    timeouts = {"evaluate/" in " ".join(words): config["timeout_s"] for words, config in planned["execute"]}
+    assert timeouts == {True: 5.0, False: 1.0}
+    assert all(config["rules"] == "published" for _, config in planned["execute"])
+    [(words, _)] = planned["evaluate"]
+    assert words[words.index("--execution-rules") + 1] == "published"
+    assert "--dropped-refinement-prompts" in words
+
+
+def test_default_config_evaluates_with_the_inference_context() -> None:
+    default = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    planned = planned_configs("evaluate")
+    [(_, prompts)] = planned["refine-prompts"]
+    assert prompts["max_model_len"] == default["inference"]["max_model_len"]
+    assert {config["max_model_len"] for _, config in planned["inference"]} == {default["inference"]["max_model_len"]}
+    assert {config["timeout_s"] for _, config in planned["execute"]} == {default["execution"]["timeout_s"]}
+    [(words, _)] = planned["evaluate"]
+    assert words[words.index("--execution-rules") + 1] == "strict"
