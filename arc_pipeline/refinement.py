@@ -1,6 +1,6 @@
 """Choosing wrong first-turn predictions to refine, and building their second-turn prompts.
 
-Pipeline-facts section 8. Training keeps one example per task: among the predictions with valid
+docs/scoring.md. Training keeps one example per task: among the predictions with valid
 outputs that do not get every train grid right, the one with the most correct train grids (then the
 best train pixel score). Evaluation keeps every such prediction with a distinct output fingerprint and
 cycles through them to make ``k`` prompts per task. Both build the prompt on the task augmented with

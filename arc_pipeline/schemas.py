@@ -80,7 +80,7 @@ EXECUTIONS_SCHEMA = pa.schema(
     ]
 )
 
-# One row per task: the second-turn prompt built on the best wrong prediction (pipeline-facts 8).
+# One row per task: the second-turn prompt built on the best wrong prediction (docs/scoring.md).
 REFINEMENT_SCHEMA = pa.schema(
     [
         pa.field("task_id", pa.string(), nullable=False),
@@ -101,7 +101,7 @@ REFINEMENT_SCHEMA = pa.schema(
     ]
 )
 
-# --- scoring tables (arc_pipeline.scoring.tables; pipeline-facts section 6) ---------------------
+# --- scoring tables (arc_pipeline.scoring.tables; docs/scoring.md) ---------------------
 # The per-task metric columns, in the seeds' order; every value is a share in [0, 1] except
 # n_preds. `solved` is the strict version of is_correct: one single prediction right on train and
 # test. Test columns (and is_correct, solved) are null for tasks whose test solutions are unknown.
@@ -207,7 +207,7 @@ SUBMISSION_SCORES_SCHEMA = pa.schema(
     ]
 )
 
-# --- evaluation stage (arc_pipeline.stages.evaluate; pipeline-facts sections 6 and 11) ----------
+# --- evaluation stage (arc_pipeline.stages.evaluate; docs/scoring.md and docs/defaults.md) ----------
 # A run is a set of predictions per evaluation task: "baseline" (n_eval first-turn predictions) or
 # "refine_<refiner>" (the first n_eval/2 of them plus that refiner's refinements). `run` is the
 # run's id, `model` its label in the tables ("base", "base refines", "RL-refiner", ...).

@@ -1,4 +1,4 @@
-"""Selection of wrong predictions and the refinement dataset (pipeline-facts sections 3 and 8).
+"""Selection of wrong predictions and the refinement dataset (docs/prompts.md and docs/scoring.md).
 
 The expected prompt is written out by hand (augmented grids, feedback texts and Jinja whitespace
 worked out on paper), then rendered with the tiny model's chat template: the stage must match it

@@ -1,4 +1,4 @@
-"""Task augmentation (pipeline-facts section 4): a dihedral transform plus a colour permutation.
+"""Task augmentation (docs/prompts.md): a dihedral transform plus a colour permutation.
 
 Forward: flip columns (if ``hflip``), then ``numpy.rot90`` ``rot90_k`` times, then map colours with
 ``color_map`` (``color_map[original] = augmented``). Undo: inverse colour map, rotate by ``-rot90_k``,

@@ -1,4 +1,4 @@
-"""ARC grids: validation, the model's text encoding (pipeline-facts section 1) and text drawings.
+"""ARC grids: validation, the model's text encoding (docs/formats.md) and text drawings.
 
 A grid is a 2-D ``numpy.int8`` array with values 0..9 and at most 30 x 30 cells. Parquet stores it
 as a nested ``list<list<int8>>`` (rows of cells).

@@ -1,4 +1,4 @@
-"""The BARC induction model's prompts (pipeline-facts sections 2 and 3), kept byte for byte.
+"""The BARC induction model's prompts (docs/prompts.md), kept byte for byte.
 
 The model was fine-tuned on exactly these texts, so any change of wording or whitespace moves the
 prompts away from its training distribution. Both user messages are Jinja2 templates rendered with
@@ -92,7 +92,7 @@ def first_turn_messages(task: Task, train_order: Sequence[int], test_index: int)
 
 
 def feedback(expected: np.ndarray, output: np.ndarray) -> dict[str, str]:
-    """The execution output and feedback message of one train example (pipeline-facts section 3)."""
+    """The execution output and feedback message of one train example (docs/prompts.md)."""
     expected = np.asarray(expected)
     output = np.asarray(output)
     similarity = pixel_similarity(output, expected)

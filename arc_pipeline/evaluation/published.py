@@ -1,4 +1,4 @@
-"""The published results (pipeline-facts section 11) and a table that puts this run beside them.
+"""The published results (docs/defaults.md) and a table that puts this run beside them.
 
 Shown only for the published preset (``evaluation.compare_with_published``): other configs evaluate
 other tasks or budgets, where the published numbers would mislead.
@@ -11,7 +11,7 @@ import polars as pl
 from arc_pipeline.evaluation.runs import DROPPED_PROMPTS
 from arc_pipeline.scoring.tables import runs_table
 
-# ARC-AGI-1 evaluation, 400 tasks (research notes, iteration 34); shares, not percentages.
+# ARC-AGI-1 evaluation, 400 tasks (docs/defaults.md); shares, not percentages.
 PUBLISHED_COLUMNS = (
     "valid code", "valid outputs", "unique outputs", "train_pixel_score", "train_correct_grids",
     "train_pass_rate", "train_is_correct", "test_pixel_score", "test_correct_grids", "test_pass_rate",

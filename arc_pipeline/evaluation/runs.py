@@ -1,4 +1,4 @@
-"""Evaluation runs: which predictions make up each row of the results table (pipeline-facts 8, 11).
+"""Evaluation runs: which predictions make up each row of the results table (docs/scoring.md and docs/defaults.md).
 
 The baseline run is every first-turn prediction of the evaluation tasks (``n_eval`` per task). A
 refinement run is the *first half* of them (the predictions whose position ``round * n +

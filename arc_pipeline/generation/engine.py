@@ -54,7 +54,7 @@ class EngineOptions(BaseModel):
         "bfloat16",
         description="weights and activations (published: bf16); on a CPU without native bf16, bf16 runs as float32",
     )
-    max_model_len: int = Field(9700, gt=0, description="context length: prompt + completion tokens (seeds: 9,700)")
+    max_model_len: int = Field(9700, gt=0, description="context length: prompt + completion tokens (published run: 9,700)")
     gpu_memory_utilization: float = Field(
         0.92, gt=0, le=1, description="share of GPU memory vLLM may take (on CPU: of the NUMA node's RAM)"
     )
@@ -90,7 +90,7 @@ class EngineConfig(EngineOptions):
 
 
 class SamplingConfig(BaseModel):
-    """How each prompt is sampled (pipeline-facts section 10 defaults)."""
+    """How each prompt is sampled (docs/defaults.md defaults)."""
 
     model_config = ConfigDict(extra="forbid")
 

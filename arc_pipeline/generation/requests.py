@@ -1,7 +1,7 @@
 """Sampling requests (one prompt, sampled n times) and the prediction rows they turn into.
 
 A first-turn request is one *round* of a task: a fresh augmentation, a shuffled train order and one
-test input, all drawn from an rng seeded by ``(seed, task_id, turn, round)`` (pipeline-facts section 4).
+test input, all drawn from an rng seeded by ``(seed, task_id, turn, round)`` (docs/prompts.md).
 A refinement request is one row of a refinement parquet, already rendered. Each sample of a request
 becomes one row of ``PREDICTIONS_SCHEMA`` carrying everything needed to replay its prompt.
 """

@@ -1,6 +1,6 @@
 """Runtime support for generated programs.
 
 `arc_pipeline.runtime.common` is our clean-room implementation of the BARC `common` library
-(spec: barc-common-api.md). Generated programs import it as `from common import *`; the sandbox
+(docs/runtime.md). Generated programs import it as `from common import *`; the sandbox
 installs it under that name.
 """

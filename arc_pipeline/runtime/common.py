@@ -1,4 +1,4 @@
-"""Clean-room implementation of the BARC `common` library (spec: barc-common-api.md).
+"""Clean-room implementation of the BARC `common` library (docs/runtime.md).
 
 Generated programs run `from common import *`. There is deliberately no `__all__`: the star import
 exports every public module-level name, i.e. the 42 names of the BARC library (including the

@@ -2,7 +2,7 @@
 
 `Color` is a plain mutable class (programs reassign `Color.RED = 7` or mutate
 `Color.NOT_BLACK`), and a sandbox worker that keeps `common` imported between programs would leak
-those changes into later programs (spec barc-common-api.md section 8.2). Take a snapshot once,
+those changes into later programs (docs/runtime.md section 8.2). Take a snapshot once,
 restore it after every program.
 """
 

@@ -1,4 +1,4 @@
-"""Turning a model's answer into the program text the sandbox runs (pipeline-facts section 5)."""
+"""Turning a model's answer into the program text the sandbox runs (docs/scoring.md)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ _FENCE_OPEN = "```python"
 _FENCE_CLOSE = "```"
 _DROPPED_MARKERS = ("print(", "from common import *")
 
-#: What every program has in scope before its own first line (pipeline-facts section 5).
+#: What every program has in scope before its own first line (docs/scoring.md).
 PRELUDE = "from typing import List, Tuple\nimport numpy as np\nimport numpy\nfrom common import *\n"
 
 
@@ -26,7 +26,7 @@ def extract_code(text: str) -> str | None:
 
 
 def prepare_code(code: str) -> str:
-    """Drop every line containing ``print(`` or ``from common import *`` (pipeline-facts 5).
+    """Drop every line containing ``print(`` or ``from common import *`` (docs/scoring.md).
 
     Prints would waste time and the star import is replaced by the prelude the sandbox runs first.
     """

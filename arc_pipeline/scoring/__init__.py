@@ -1,4 +1,4 @@
-"""Turning executed programs into scores, tables and rewards (pipeline-facts sections 5, 6 and 9).
+"""Turning executed programs into scores, tables and rewards (docs/scoring.md).
 
 One job per module: ``similarity`` (pixel similarity), ``scores`` (per-prediction partition
 scores), ``fingerprint`` (distinct outputs), ``rewards`` (RL rewards), ``execution`` (predictions ->

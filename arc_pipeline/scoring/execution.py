@@ -2,7 +2,7 @@
 
 Every prediction's program runs on its task's train inputs then test inputs, augmented with the
 prediction's own parameters (the model saw the augmented task); its outputs are un-augmented
-before they are fingerprinted and scored against the original task (pipeline-facts section 5).
+before they are fingerprinted and scored against the original task (docs/scoring.md).
 """
 
 from __future__ import annotations

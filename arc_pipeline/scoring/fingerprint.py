@@ -1,4 +1,4 @@
-"""Fingerprint of a prediction's outputs, to count distinct outputs per task (pipeline-facts 5).
+"""Fingerprint of a prediction's outputs, to count distinct outputs per task (docs/scoring.md).
 
 sha256 over every grid's shape and int8 values, in order: stable across processes and machines
 (Python's ``hash`` is salted per process, so it cannot be used).

@@ -1,4 +1,4 @@
-"""Rewards of one completion from its execution (pipeline-facts section 9).
+"""Rewards of one completion from its execution (docs/scoring.md).
 
 Both rewards are 0 when the program gave no valid outputs. Otherwise the train and test grids are
 pooled (weighted by count): ``arc-v1`` = 1 + 8 x correct_grids + pixel_score and

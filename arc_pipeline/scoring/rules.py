@@ -1,7 +1,7 @@
 """Execution rules: the project's (``strict``) or the researchers' runner's (``published``).
 
 ``strict`` (the default) runs every program, seeded, and accepts only outputs that are integer grids of at
-most 30 x 30 (pipeline-facts section 5). ``published`` reproduces the runner the published tables and RL
+most 30 x 30 (docs/scoring.md). ``published`` reproduces the runner the published tables and RL
 rewards were computed with (docs/reproduction.md):
 
 1. code whose text contains one of :data:`UNSAFE_MODULES` (as ``name.`` or ``import name``),

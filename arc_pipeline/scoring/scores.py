@@ -1,4 +1,4 @@
-"""Per-prediction scores of one partition (train or test) of a task (pipeline-facts section 6)."""
+"""Per-prediction scores of one partition (train or test) of a task (docs/scoring.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Pixel similarity of a predicted grid to the truth (pipeline-facts section 6).
+"""Pixel similarity of a predicted grid to the truth (docs/scoring.md).
 
 Same shape: the share of equal cells. Different shapes: the prediction is slid over the truth at
 every offset where the two overlap (partial overlaps included), the largest number of equal cells

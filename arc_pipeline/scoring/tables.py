@@ -1,4 +1,4 @@
-"""Metric tables from executions (pipeline-facts section 6), with polars, and their markdown.
+"""Metric tables from executions (docs/scoring.md), with polars, and their markdown.
 
 * :func:`task_metrics`: one row per task plus a last ``MEAN`` row (``METRICS_SCHEMA``).
 * :func:`error_table` / :func:`common_errors`: the share of each error type per task, and the most

@@ -1,4 +1,4 @@
-"""Stage ``barc_tasks``: BARC jsonl rows -> ARC tasks (pipeline-facts section 7).
+"""Stage ``barc_tasks``: BARC jsonl rows -> ARC tasks (docs/formats.md).
 
 Per row: skip rows with fewer than ``min_examples`` examples; draw the number of train pairs n from
 the BARC weights restricted to n <= len(examples) - 1, one test pair, n + 1 distinct examples; reject

@@ -4,8 +4,7 @@ Runs (:mod:`arc_pipeline.evaluation.runs`): the baseline (``n_eval`` first-turn 
 task) and, per refiner, the first ``n_eval / 2`` of them plus that refiner's refinements. Writes
 into ``--output-dir``:
 
-- ``runs.md`` / ``runs.html`` / ``runs.parquet``: one row per run in the seeds' format (pipeline-facts
-  section 11: ``initial | refinement | model | valid code ... is_correct``) plus the strict ``solved``;
+- ``runs.md`` / ``runs.html`` / ``runs.parquet``: one row per run in the seeds' format (docs/defaults.md: ``initial | refinement | model | valid code ... is_correct``) plus the strict ``solved``;
   ``tasks.parquet``: every run's per-task table.
 - ``published.md`` / ``published.html`` (only with ``compare_with_published``): beside section 11.
 - ``kaggle.md`` / ``kaggle.html`` / ``kaggle.parquet``: two attempts per test input by voting, scored;
@@ -91,7 +90,7 @@ class EvaluateConfig(BaseModel):
     extra_adapters: dict[str, str] = Field(default_factory=dict, description="name: adapter folder, evaluated "
                                            "like the trained adapter")
     compare_with_published: bool = Field(False, description="also write the table beside the published "
-                                         "results (pipeline-facts 11); for the published preset only")
+                                         "results (docs/defaults.md); for the published preset only")
     refinement_max_model_len: int | None = Field(
         None, gt=0, description="vLLM context length of the refinement inference runs; refine-prompts drops "
         "prompts longer than it minus inference.max_tokens (counted in runs.md). None = inference.max_model_len. "
@@ -182,7 +181,7 @@ def evaluate(args: argparse.Namespace, config: EvaluateConfig) -> dict[str, Path
         published_md = to_markdown(comparison_table(results, args.execution_rules))
         write_text(published_md, out / "published.md")
         write_text(page("This run beside the published results",
-                        [("", "Published: ARC-AGI-1 evaluation, 400 tasks (research notes, iteration 34), "
+                        [("", "Published: ARC-AGI-1 evaluation, 400 tasks (docs/defaults.md), "
                           "executed under the researchers' rules ('published'); this run's rules are in the "
                           "'execution rules' column (docs/reproduction.md).", published_md)]),
                    out / "published.html")

@@ -2,7 +2,7 @@
 
 Writes the executions parquet (``EXECUTIONS_SCHEMA``; chunked and resumable, see
 :mod:`arc_pipeline.scoring.resumable`), the per-task metric table (``METRICS_SCHEMA``, with a last
-``MEAN`` row) and the per-task error table, each as parquet and markdown (pipeline-facts 5 and 6).
+``MEAN`` row) and the per-task error table, each as parquet and markdown (docs/scoring.md).
 """
 
 from __future__ import annotations
@@ -47,8 +47,8 @@ def _default_workers() -> int:
 class ExecuteConfig(BaseModel):
     workers: PositiveInt = Field(default_factory=_default_workers,
                                  description="sandbox worker processes (default: the CPUs this job may use)")
-    timeout_s: PositiveFloat = Field(1.0, description="time limit of one program on all its inputs (seeds: 1 s)")
-    memory_mb: PositiveInt = Field(2048, description="memory limit of one program in MiB (seeds: 2048)")
+    timeout_s: PositiveFloat = Field(1.0, description="time limit of one program on all its inputs (published run: 1 s)")
+    memory_mb: PositiveInt = Field(2048, description="memory limit of one program in MiB (published run: 2048)")
     chunk_size: PositiveInt = Field(2000, description="predictions per resumable chunk")
     scoring_workers: NonNegativeInt | None = Field(
         None, description="processes scoring one chunk while the sandbox runs the next "

@@ -1,4 +1,4 @@
-"""``arc-pipeline inference``: sample predictions with vLLM (pipeline-facts sections 2, 4 and 10).
+"""``arc-pipeline inference``: sample predictions with vLLM (docs/prompts.md and docs/defaults.md).
 
 Two modes, one engine and one output schema (``PREDICTIONS_SCHEMA``):
 

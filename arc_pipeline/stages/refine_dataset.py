@@ -1,6 +1,6 @@
 """Stage ``refine_dataset``: the second-turn (refinement) training set, one prompt per task.
 
-Per task the best wrong first-turn prediction (pipeline-facts section 8, :mod:`arc_pipeline.refinement`)
+Per task the best wrong first-turn prediction (docs/scoring.md, :mod:`arc_pipeline.refinement`)
 becomes a refinement prompt built on the task augmented like that prediction, rendered with the
 model's chat template. Prompts longer than ``max_prompt_tokens`` are dropped and counted, because
 training would otherwise have no room left for the completion.
@@ -36,7 +36,7 @@ class RefineDatasetConfig(BaseModel):
     max_prompt_tokens: int | None = Field(
         8676,
         ge=1,
-        description="drop prompts longer than this (seeds: 9,700 max sequence - 1,024 completion tokens); "
+        description="drop prompts longer than this (published run: 9,700 max sequence - 1,024 completion tokens); "
         "None keeps every prompt",
     )
     turn: int | None = Field(

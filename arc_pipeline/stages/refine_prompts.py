@@ -2,10 +2,9 @@
 
 From the first ``--first-predictions`` baseline predictions of each evaluation task (the rounds
 sampled first, :func:`arc_pipeline.evaluation.runs.first_half`), the wrong ones with valid outputs and
-distinct fingerprints, best first, are cycled through to make K prompts per task (pipeline-facts
-section 8, :func:`arc_pipeline.refinement.select_for_evaluation`). Each prompt is built on the task
+distinct fingerprints, best first, are cycled through to make K prompts per task (docs/scoring.md, :func:`arc_pipeline.refinement.select_for_evaluation`). Each prompt is built on the task
 augmented like the prediction it refines. The inference stage then samples each prompt ``n`` times,
-so a task gets K x n refinements (seeds: 8 x 8 = 64). Tasks without a wrong valid prediction get none.
+so a task gets K x n refinements (published run: 8 x 8 = 64). Tasks without a wrong valid prediction get none.
 """
 
 from __future__ import annotations
@@ -41,7 +40,7 @@ class RefinePromptsConfig(BaseModel):
     refinement inference could not sample it, so every drop is counted in one place."""
 
     refinement_prompts: int = Field(8, ge=1, description="prompts per task, cycling through its distinct "
-                                    "wrong predictions (seeds: 8, each sampled 8 times)")
+                                    "wrong predictions (published run: 8, each sampled 8 times)")
     max_model_len: int = Field(9700, gt=0, description="context length of the refinement inference "
                                "(published refinement evaluation: 14,500)")
     max_tokens: int = Field(1024, ge=1, description="completion tokens of the refinement inference")

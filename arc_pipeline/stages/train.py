@@ -1,4 +1,4 @@
-"""Stage ``train``: GRPO training of the refinement LoRA adapter (pipeline-facts section 10).
+"""Stage ``train``: GRPO training of the refinement LoRA adapter (docs/defaults.md).
 
 Outputs: the adapter folder (``--output``) and the per-step metrics parquet (``--metrics``,
 ``TRAINING_METRICS_SCHEMA``). Checkpoints live in ``--checkpoint-dir`` (default: beside the output,

@@ -1,4 +1,4 @@
-"""Per-batch statistics of completions that the seeds logged beyond TRL's own (pipeline-facts 10).
+"""Per-batch statistics of completions that the seeds logged beyond TRL's own (docs/defaults.md).
 
 They were added to diagnose RL collapse (iteration 30): long truncated outputs, repeated n-grams,
 gibberish. Pure functions over rewards, token ids and error types, so they are tested without TRL.

@@ -1,6 +1,6 @@
 """Every knob of GRPO training of the refinement LoRA (the workflow config's ``train`` section).
 
-Defaults are the published multi-turn run (pipeline-facts section 10). TRL 1.x changed several
+Defaults are the published multi-turn run (docs/defaults.md). TRL 1.x changed several
 defaults the seeds relied on (loss type, beta 0, top_p 1.0, bf16 on, no ``max_prompt_length``), so
 :func:`arc_pipeline.training.grpo.grpo_config` sets every one of them from here explicitly and never
 relies on TRL's defaults.
@@ -57,26 +57,26 @@ class TrainConfig(BaseModel):
         "trl", description="trl: plain TRL + peft; unsloth: Unsloth's patched model and trainer (GPU only, lazy import)"
     )
     use_vllm: bool = Field(False, description="generate with vLLM colocated in the training process (GPU only)")
-    vllm_gpu_memory_utilization: float = Field(0.3, gt=0, le=1, description="seeds: 0.3")
+    vllm_gpu_memory_utilization: float = Field(0.3, gt=0, le=1, description="published run: 0.3")
     use_cpu: bool = Field(False, description="train on the CPU (tests, the embedded default config)")
-    bf16: bool = Field(True, description="bf16 mixed precision (seeds: bf16); False on CPU")
+    bf16: bool = Field(True, description="bf16 mixed precision (published run: bf16); False on CPU")
     gradient_checkpointing: bool = Field(True, description="recompute activations to fit 8B + 9.7k tokens on a GPU")
     seed: int = Field(42, description="seed of adapter initialisation, data order and sampling")
 
-    # ---- LoRA (seeds: rank 1, rsLoRA, alpha 64, all attention and MLP projections)
-    lora_r: PositiveInt = Field(1, description="LoRA rank (seeds: 1, after 'LoRA without regret')")
-    lora_alpha: float = Field(64, gt=0, description="LoRA alpha (seeds: 64)")
-    use_rslora: bool = Field(True, description="rank-stabilised scaling alpha/sqrt(r) (seeds: on)")
-    lora_dropout: float = Field(0.0, ge=0, lt=1, description="LoRA dropout (seeds: 0)")
+    # ---- LoRA (published run: rank 1, rsLoRA, alpha 64, all attention and MLP projections)
+    lora_r: PositiveInt = Field(1, description="LoRA rank (published run: 1, after 'LoRA without regret')")
+    lora_alpha: float = Field(64, gt=0, description="LoRA alpha (published run: 64)")
+    use_rslora: bool = Field(True, description="rank-stabilised scaling alpha/sqrt(r) (published run: on)")
+    lora_dropout: float = Field(0.0, ge=0, lt=1, description="LoRA dropout (published run: 0)")
     lora_target_modules: list[str] = Field(
-        default_factory=lambda: list(ALL_PROJECTIONS), description="modules that get an adapter (seeds: all 7)"
+        default_factory=lambda: list(ALL_PROJECTIONS), description="modules that get an adapter (published run: all 7)"
     )
 
     # ---- optimisation
-    learning_rate: float = Field(4e-6, gt=0, description="seeds: 4e-6")
-    lr_scheduler_type: str = Field("constant_with_warmup", description="seeds: constant with warm-up")
-    warmup_ratio: float = Field(0.01, ge=0, le=1, description="seeds: 1% warm-up")
-    max_grad_norm: float = Field(0.05, gt=0, description="seeds: 0.05")
+    learning_rate: float = Field(4e-6, gt=0, description="published run: 4e-6")
+    lr_scheduler_type: str = Field("constant_with_warmup", description="published run: constant with warm-up")
+    warmup_ratio: float = Field(0.01, ge=0, le=1, description="published run: 1% warm-up")
+    max_grad_norm: float = Field(0.05, gt=0, description="published run: 0.05")
     weight_decay: float = Field(
         0.01, ge=0, description="AdamW weight decay (published run: 0.01, unsloth's trainer default; transformers' "
         "default is 0)")
@@ -84,9 +84,9 @@ class TrainConfig(BaseModel):
         "adamw_torch_fused",
         description="transformers optimizer name; the published run used 'adamw_8bit' (unsloth's default, needs "
         "bitsandbytes and a GPU); see docs/reproduction.md")
-    num_train_epochs: float = Field(1, gt=0, description="seeds: 1 epoch over the refinement dataset")
+    num_train_epochs: float = Field(1, gt=0, description="published run: 1 epoch over the refinement dataset")
     max_steps: int = Field(-1, description="stop after this many optimizer steps; -1 = run the epochs")
-    gradient_accumulation_steps: PositiveInt = Field(4, description="seeds: 4")
+    gradient_accumulation_steps: PositiveInt = Field(4, description="published run: 4")
     per_device_train_batch_size: PositiveInt | None = Field(
         None,
         description="completions per forward pass; None = num_generations / gradient_accumulation_steps, so one "
@@ -103,7 +103,7 @@ class TrainConfig(BaseModel):
         "optimizer step, as task_repeats groups whose advantages are centred per group. The published run: "
         "num_generations 8, task_repeats 4 (4 groups of 8 = 32 completions, std over all 32 with scale_rewards "
         "batch); 1 group of 32 is num_generations 32, task_repeats 1")
-    beta: float = Field(0.02, ge=0, description="KL coefficient (seeds: 0.02; TRL 1.x default 0 = no reference)")
+    beta: float = Field(0.02, ge=0, description="KL coefficient (published run: 0.02; TRL 1.x default 0 = no reference)")
     loss_type: Literal["grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo"] = Field(
         "bnpo",
         description="loss aggregation; the published run used 'bnpo' (normalised by the tokens of the local "
@@ -120,13 +120,13 @@ class TrainConfig(BaseModel):
         description="multiply the KL term by the importance ratio (TRL 1.x default on); the published run used "
         "the plain k3 estimator (off)",
     )
-    scale_rewards: Literal["group", "batch", "none"] = Field("batch", description="seeds: batch")
-    mask_truncated_completions: bool = Field(True, description="drop truncated completions from the loss (seeds: on)")
+    scale_rewards: Literal["group", "batch", "none"] = Field("batch", description="published run: batch")
+    mask_truncated_completions: bool = Field(True, description="drop truncated completions from the loss (published run: on)")
     epsilon: float = Field(0.2, gt=0, description="lower clip of the importance ratio (TRL default)")
     epsilon_high: float | None = Field(
-        None, gt=0, description="clip-higher (DAPO recommends 0.28); None = same as epsilon (seeds: off)"
+        None, gt=0, description="clip-higher (DAPO recommends 0.28); None = same as epsilon (published run: off)"
     )
-    num_iterations: PositiveInt = Field(1, description="optimisation passes per generation batch (seeds: 1)")
+    num_iterations: PositiveInt = Field(1, description="optimisation passes per generation batch (published run: 1)")
     double_bos: bool = Field(
         False,
         description="keep the rendered prompt's <|begin_of_text|> so that TRL's tokenization adds a second one, "
@@ -140,17 +140,17 @@ class TrainConfig(BaseModel):
     )
 
     # ---- sampling
-    temperature: float = Field(1.0, gt=0, description="seeds: 1.0")
-    top_p: float = Field(0.95, gt=0, le=1, description="seeds: 0.95 (TRL 1.x default 1.0)")
-    top_k: int = Field(0, ge=0, description="0 = no top-k filtering (seeds: none)")
-    repetition_penalty: float = Field(1.02, gt=0, description="seeds: 1.02")
-    max_completion_length: PositiveInt = Field(1024, description="seeds: 1,024 tokens")
+    temperature: float = Field(1.0, gt=0, description="published run: 1.0")
+    top_p: float = Field(0.95, gt=0, le=1, description="published run: 0.95 (TRL 1.x default 1.0)")
+    top_k: int = Field(0, ge=0, description="0 = no top-k filtering (published run: none)")
+    repetition_penalty: float = Field(1.02, gt=0, description="published run: 1.02")
+    max_completion_length: PositiveInt = Field(1024, description="published run: 1,024 tokens")
     max_seq_length: PositiveInt = Field(
-        9700, description="prompt + completion limit (seeds: 9,700); longer prompts are dropped from the dataset"
+        9700, description="prompt + completion limit (published run: 9,700); longer prompts are dropped from the dataset"
     )
 
     # ---- reward
-    reward: str = Field("arc-v2-no-pixel-score", description=f"one of {list(REWARD_NAMES)} (seeds: arc-v2)")
+    reward: str = Field("arc-v2-no-pixel-score", description=f"one of {list(REWARD_NAMES)} (published run: arc-v2)")
     truncated_reward: float | None = Field(
         None, description="reward of a truncated completion regardless of its program; None = score it normally"
     )
@@ -158,18 +158,18 @@ class TrainConfig(BaseModel):
         0,
         ge=0,
         description="DAPO soft overlong punishment (trl.rewards.get_soft_overlong_punishment): completions longer "
-        "than max_completion_length - this many tokens get a linearly growing penalty; 0 = off (seeds: off)",
+        "than max_completion_length - this many tokens get a linearly growing penalty; 0 = off (published run: off)",
     )
     soft_overlong_weight: float = Field(1.0, ge=0, description="weight of the overlong penalty in the summed reward")
     execution_workers: PositiveInt = Field(4, description="sandbox processes running generated programs")
     execution_rules: Literal["strict", "published"] = Field(
         "strict", description="execution rules of the reward (arc_pipeline/scoring/rules.py); the published "
         "rewards were computed under 'published'")
-    execution_timeout_s: float = Field(1.0, gt=0, description="time limit of a program on all inputs (seeds: 1 s)")
-    execution_memory_mb: PositiveInt = Field(4096, description="memory limit of a program during RL (seeds: 4,096 MiB)")
+    execution_timeout_s: float = Field(1.0, gt=0, description="time limit of a program on all inputs (published run: 1 s)")
+    execution_memory_mb: PositiveInt = Field(4096, description="memory limit of a program during RL (published run: 4,096 MiB)")
 
     # ---- checkpoints and logging
-    save_steps: PositiveInt = Field(200, description="checkpoint every this many steps (seeds: 200)")
+    save_steps: PositiveInt = Field(200, description="checkpoint every this many steps (published run: 200)")
     save_total_limit: PositiveInt | None = Field(None, description="keep at most this many checkpoints; None = all")
     logging_steps: PositiveInt = Field(
         1, description="log every this many steps (one row of training_metrics; metrics are averaged over the "

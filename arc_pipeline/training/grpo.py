@@ -236,7 +236,7 @@ def _load_unsloth_model(config: TrainConfig, model_dir: str | os.PathLike) -> An
     model, _ = fast_language_model.from_pretrained(
         model_name=str(model_dir),
         max_seq_length=config.max_seq_length,
-        load_in_4bit=False,  # seeds: unquantized trained twice as fast
+        load_in_4bit=False,  # published run: unquantized trained twice as fast
         fast_inference=config.use_vllm,
         max_lora_rank=config.lora_r,
         gpu_memory_utilization=config.vllm_gpu_memory_utilization,

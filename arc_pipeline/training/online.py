@@ -3,7 +3,7 @@
 The seeds trained the second turn only, on fixed first turns. Here TRL's ``rollout_func`` plays the
 whole episode for each dataset row, with the policy being trained:
 
-1. the first-turn prompt (pipeline-facts section 2, train pairs unshuffled) is rendered from the
+1. the first-turn prompt (docs/prompts.md, train pairs unshuffled) is rendered from the
    row's augmented task, and the first answer is sampled;
 2. its program runs on the train inputs in the shared sandbox;
 3. the feedback user turn is built exactly as the refinement template does (section 3);

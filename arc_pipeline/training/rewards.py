@@ -1,4 +1,4 @@
-"""TRL reward functions: run each completion's program on its task and score it (pipeline-facts 9).
+"""TRL reward functions: run each completion's program on its task and score it (docs/scoring.md).
 
 A reward function is called by ``GRPOTrainer`` once per generation batch with the prompts, the
 decoded completions, their token ids and every other dataset column repeated per completion (here

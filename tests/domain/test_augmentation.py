@@ -1,4 +1,4 @@
-"""Augmentation (pipeline-facts section 4): exact forward transform, exact undo, colour-map statistics."""
+"""Augmentation (docs/prompts.md): exact forward transform, exact undo, colour-map statistics."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The prompts must match pipeline-facts sections 2 and 3 byte for byte: expected texts are literal."""
+"""The prompts must match docs/prompts.md byte for byte: expected texts are literal."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Rewards (pipeline-facts 9) for solved, partly right, invalid and unparsable completions."""
+"""Rewards (docs/scoring.md) for solved, partly right, invalid and unparsable completions."""
 
 import numpy as np
 import pytest

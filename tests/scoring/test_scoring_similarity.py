@@ -1,4 +1,4 @@
-"""Pixel similarity (pipeline-facts 6) against hand-computed values and a brute-force reference."""
+"""Pixel similarity (docs/scoring.md) against hand-computed values and a brute-force reference."""
 
 import numpy as np
 import pytest

@@ -96,7 +96,7 @@ def test_runs_table_like_the_published_one():
     assert table.columns[:4] == ["initial", "refinement", "model", "valid code"]
     assert table.columns[-1] == "is_correct"
     lines = to_markdown(table).splitlines()
-    # the header of pipeline-facts section 11, byte for byte
+    # the header of docs/defaults.md, byte for byte
     assert lines[0] == ("| initial | refinement | model | valid code | valid outputs | unique outputs | "
                         "train_pixel_score | train_correct_grids | train_pass_rate | train_is_correct | "
                         "test_pixel_score | test_correct_grids | test_pass_rate | test_is_correct | is_correct |")

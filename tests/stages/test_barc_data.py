@@ -1,4 +1,4 @@
-"""BARC rows -> tasks -> parts (pipeline-facts section 7) and the download stage's errors."""
+"""BARC rows -> tasks -> parts (docs/formats.md) and the download stage's errors."""
 
 from __future__ import annotations
 
