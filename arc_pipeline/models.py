@@ -17,7 +17,7 @@ log = logging.getLogger(__name__)
 
 MARKER_FILE = "model.json"
 # The Llama 3.1 tokens the pipeline relies on. Training needs a pad token that is not the end of turn
-# (docs/prompts.md): the seeds replaced "<|eot_id|>" by the reserved fine-tuning pad token.
+# (docs/prompts.md): the published run replaced "<|eot_id|>" by the reserved fine-tuning pad token.
 PAD_TOKEN = "<|finetune_right_pad_id|>"
 END_OF_TURN_TOKEN = "<|eot_id|>"
 END_OF_TEXT_TOKEN = "<|end_of_text|>"

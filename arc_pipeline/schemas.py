@@ -102,7 +102,7 @@ REFINEMENT_SCHEMA = pa.schema(
 )
 
 # --- scoring tables (arc_pipeline.scoring.tables; docs/scoring.md) ---------------------
-# The per-task metric columns, in the seeds' order; every value is a share in [0, 1] except
+# The per-task metric columns, in the published tables' order (docs/scoring.md); every value is a share in [0, 1] except
 # n_preds. `solved` is the strict version of is_correct: one single prediction right on train and
 # test. Test columns (and is_correct, solved) are null for tasks whose test solutions are unknown.
 TASK_METRIC_COLUMNS: tuple[str, ...] = (

@@ -3,7 +3,7 @@
 The model was fine-tuned on exactly these texts, so any change of wording or whitespace moves the
 prompts away from its training distribution. Both user messages are Jinja2 templates rendered with
 Jinja's defaults: the single trailing newline of each template text is dropped on rendering, as it
-was in the seeds (so a user message ends with "... reference examples." and no newline).
+was in the published run (so a user message ends with "... reference examples." and no newline).
 
 A first-turn prompt ends inside the assistant turn (the model continues :data:`ASSISTANT_PREFIX`);
 a refinement prompt ends with the assistant header of a new turn.
@@ -65,7 +65,7 @@ Write a revised Python function `transform` that addresses the issues in your pr
 
 MATCH_MESSAGE = "The output grid matches the expected output grid."
 
-# Jinja's defaults (no autoescape, trailing newline dropped) as in the seeds; undefined names fail loudly.
+# Jinja's defaults (no autoescape, trailing newline dropped) as in the published run; undefined names fail loudly.
 _ENVIRONMENT = jinja2.Environment(undefined=jinja2.StrictUndefined, autoescape=False)
 _FIRST_TURN = _ENVIRONMENT.from_string(FIRST_TURN_TEMPLATE)
 _REFINEMENT = _ENVIRONMENT.from_string(REFINEMENT_TEMPLATE)
@@ -125,7 +125,7 @@ def refinement_messages(
     """The second turn: the unshuffled first turn, the previous answer, then execution feedback.
 
     ``task`` and ``previous_train_outputs`` must be in the same (augmented) frame as the previous
-    prompt. Every train output is needed: predictions with errors are not refined (section 8).
+    prompt. Every train output is needed: predictions with errors are not refined (docs/scoring.md).
     """
     if len(previous_train_outputs) != len(task.train):
         raise ValueError(

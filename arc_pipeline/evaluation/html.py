@@ -1,7 +1,7 @@
 """Standalone HTML pages of the evaluation tables, for ``snakemake --report``.
 
 The report shows HTML inline but offers markdown only as a download, so every table that belongs in
-the report is written as markdown (the seeds' format, :func:`arc_pipeline.scoring.tables.to_markdown`)
+the report is written as markdown (the published tables' format, :func:`arc_pipeline.scoring.tables.to_markdown`)
 and as a page built from that same markdown: both always show the same numbers.
 """
 

@@ -1,4 +1,4 @@
-"""Evaluation runs: which predictions make up each row of the results table (docs/scoring.md and docs/defaults.md).
+"""Evaluation runs: which predictions make up each row of the results table (docs/scoring.md, docs/defaults.md).
 
 The baseline run is every first-turn prediction of the evaluation tasks (``n_eval`` per task). A
 refinement run is the *first half* of them (the predictions whose position ``round * n +
@@ -20,7 +20,7 @@ log = logging.getLogger(__name__)
 
 BASELINE_RUN = "baseline"
 BASELINE_LABEL = "base"
-# refiner name (rules/evaluate.smk) -> its label in the tables, as in the seeds; others keep their name
+# refiner name (rules/evaluate.smk) -> its label in the published tables (docs/defaults.md); others keep their name
 REFINER_LABELS = {"base": "base refines", "rl": "RL-refiner"}
 
 
@@ -143,5 +143,5 @@ def with_dropped_prompts(results: pl.DataFrame, dropped: int | None) -> pl.DataF
 
 
 def seeds_table(results: pl.DataFrame) -> pl.DataFrame:
-    """The results table as the seeds print it (section 11 columns, plus ``solved``): no run id."""
+    """The results table as the published one prints it (docs/defaults.md columns, plus ``solved``): no run id."""
     return results.drop("run")

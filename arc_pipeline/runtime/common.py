@@ -5,7 +5,7 @@ exports every public module-level name, i.e. the 42 names of the BARC library (i
 re-exported `np` and the standard-library `random`) plus the [ext] compatibility names
 `random_scatter_points` and `generate_position_has_interval`. Everything else here starts with `_`.
 
-Conventions (spec section 1): `grid[x, y]`, x = axis 0; `background` cells are empty; quirks that
+Conventions (docs/runtime.md section 1): `grid[x, y]`, x = axis 0; `background` cells are empty; quirks that
 change results of deterministic functions are replicated on purpose (the BARC models were trained on
 their outputs). The module is pure (no I/O besides the documented prints) and imports only numpy and
 stdlib modules, so importing it is cheap.
@@ -221,7 +221,7 @@ def draw_line(grid, x, y, end_x=None, end_y=None, length=None, direction=None, c
 
 
 def find_connected_components(grid, background=Color.BLACK, connectivity=4, monochromatic=True):
-    """Full-canvas arrays, one per connected component (ordering per spec 3.3)."""
+    """Full-canvas arrays, one per connected component (ordering: docs/runtime.md 3.3)."""
     _check_connectivity(connectivity)
     grid = np.asarray(grid)
     dtype = _component_dtype(grid)
@@ -250,7 +250,7 @@ def find_connected_components(grid, background=Color.BLACK, connectivity=4, mono
 
 
 def _resolve_overlaps(objects, background):
-    """Keep a large set of pairwise disjoint objects (spec 3.4 step 5)."""
+    """Keep a large set of pairwise disjoint objects (docs/runtime.md 3.4, step 5)."""
     def key(obj):
         _, _, w, h = bounding_box(obj, background)
         return (w * h, int(np.sum(obj != background)))
@@ -288,7 +288,7 @@ def _resolve_overlaps(objects, background):
 
 def detect_objects(grid, _=None, predicate=None, background=Color.BLACK, monochromatic=False,
                    connectivity=None, allowed_dimensions=None, colors=None, can_overlap=False):
-    """Objects from connected components and/or fixed-size windows, with filters (spec 3.4)."""
+    """Objects from connected components and/or fixed-size windows, with filters (docs/runtime.md 3.4)."""
     grid = np.asarray(grid)
     objects = []
     if connectivity:
@@ -345,7 +345,7 @@ def bounding_box_mask(grid, background=Color.BLACK):
 
 
 def object_position(obj, background=Color.BLACK, anchor="upper left"):
-    """A named point of the object's bounding box (spec 3.8)."""
+    """A named point of the object's bounding box (docs/runtime.md 3.8)."""
     anchor = anchor.lower().replace(" ", "").replace("top", "upper").replace("bottom", "lower")
     assert anchor in ("upperleft", "upperright", "lowerleft", "lowerright", "center",
                       "uppercenter", "lowercenter", "leftcenter", "rightcenter"), \
@@ -685,7 +685,7 @@ def orbit(grid, x, y, symmetries):
 
 
 def _score_symmetry(grid, symmetry, ignore_colors, background=None):
-    """(preserved, off-canvas, conflicts) counts of a candidate symmetry (spec 4.6)."""
+    """(preserved, off-canvas, conflicts) counts of a candidate symmetry (docs/runtime.md 4.6)."""
     grid = np.asarray(grid)
     n, m = grid.shape
     occupied = ~np.isin(grid, ignore_colors)
@@ -789,7 +789,7 @@ def detect_translational_symmetry(grid, ignore_colors=[Color.BLACK], background=
 
 
 def detect_mirror_symmetry(grid, ignore_colors=[Color.BLACK], background=None):
-    """All best-scoring mirror symmetries (spec 4.8)."""
+    """All best-scoring mirror symmetries (docs/runtime.md 4.8)."""
     n, m = grid.shape
     # params: (2 * mirror_x or -1 for None, 2 * mirror_y or -1 for None, unused)
     params = [(2 * xc + h, -1, 0) for xc in range(n) for h in (0, 1)]
@@ -821,7 +821,7 @@ def detect_mirror_symmetry(grid, ignore_colors=[Color.BLACK], background=None):
 
 
 def detect_rotational_symmetry(grid, ignore_colors=[Color.BLACK], background=None):
-    """The best quarter-turn symmetry centre, or None (spec 4.9)."""
+    """The best quarter-turn symmetry centre, or None (docs/runtime.md 4.9)."""
     n, m = grid.shape
     # params: (xc, yc, h) for the centre (xc + h/2, yc + h/2); one quarter turn maps
     # (x, y) to (cx + y - cy, cy - x + cx) = (xc - yc + y, xc + yc + h - x)
@@ -964,7 +964,7 @@ def apply_diagonal_symmetry(sprite, background=Color.BLACK):
 
 def generate_sprite(n, m, symmetry_type, fill_percentage=0.5, max_colors=9, color_palate=None,
                     connectivity=4, background=Color.BLACK):
-    """Random-walk sprite of size (n, m) with the given symmetry (spec 5.2)."""
+    """Random-walk sprite of size (n, m) with the given symmetry (docs/runtime.md 5.2)."""
     if color_palate is None:
         k = 1
         while k < max_colors and random.random() < 0.3:
@@ -1048,7 +1048,7 @@ def generate_sprite(n, m, symmetry_type, fill_percentage=0.5, max_colors=9, colo
 
 def random_sprite(n, m, density=0.5, symmetry=None, color_palette=None, connectivity=4,
                   background=Color.BLACK):
-    """A random connected sprite touching all four sides (spec 5.1)."""
+    """A random connected sprite touching all four sides (docs/runtime.md 5.1)."""
     n = list(n) if isinstance(n, range) else (n if isinstance(n, list) else [n])
     m = list(m) if isinstance(m, range) else (m if isinstance(m, list) else [m])
     sizes_n, sizes_m, requested, requested_density = n, m, symmetry, density

@@ -4,8 +4,8 @@
 * :func:`error_table` / :func:`common_errors`: the share of each error type per task, and the most
   common errors overall. Error table columns come only from the closed ERROR_TYPE_COLUMNS (other
   names count as "other"); the raw name a program chose is only ever a cell value.
-* :func:`summary_row` / :func:`runs_table`: one row per run for the evaluation issue (section 11).
-* :func:`to_markdown`: the seeds' formatting: shares as percentages with one decimal ("99.9%").
+* :func:`summary_row` / :func:`runs_table`: one row per run for the evaluation (docs/defaults.md).
+* :func:`to_markdown`: the published tables' formatting: shares as percentages with one decimal ("99.9%").
 
 Failed predictions count 0 in every mean. Whether a task's test solutions are known is passed in
 (``test_known``); without it a task counts as unknown when it has valid outputs but none scored on
@@ -195,7 +195,7 @@ def _format_cell(value: Any, column: str, dtype: pl.DataType) -> str:
 
 
 def to_markdown(table: pl.DataFrame) -> str:
-    """A markdown table as in the seeds: float columns as percentages with one decimal ("99.9%"),
+    """A markdown table as in the published results: float columns as percentages with one decimal ("99.9%"),
     counts (n_preds, count, tasks, initial, refinement) as integers, nulls as "-"."""
     header = "| " + " | ".join(table.columns) + " |"
     rule = "|" + "---|" * len(table.columns)

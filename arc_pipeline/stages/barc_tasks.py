@@ -28,7 +28,7 @@ from arc_pipeline.schemas import TASKS_SCHEMA
 
 log = logging.getLogger(__name__)
 
-# Number of train pairs -> weight, as in the BARC data preparation the seeds used.
+# Number of train pairs -> weight, as in BARC's own data preparation (docs/formats.md).
 TRAIN_PAIRS_WEIGHTS = {2: 355, 3: 1281, 4: 433, 5: 123, 6: 43, 7: 17, 8: 6, 10: 2}
 
 

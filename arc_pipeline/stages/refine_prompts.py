@@ -2,7 +2,8 @@
 
 From the first ``--first-predictions`` baseline predictions of each evaluation task (the rounds
 sampled first, :func:`arc_pipeline.evaluation.runs.first_half`), the wrong ones with valid outputs and
-distinct fingerprints, best first, are cycled through to make K prompts per task (docs/scoring.md, :func:`arc_pipeline.refinement.select_for_evaluation`). Each prompt is built on the task
+distinct fingerprints, best first, are cycled through to make K prompts per task (docs/scoring.md,
+:func:`arc_pipeline.refinement.select_for_evaluation`). Each prompt is built on the task
 augmented like the prediction it refines. The inference stage then samples each prompt ``n`` times,
 so a task gets K x n refinements (published run: 8 x 8 = 64). Tasks without a wrong valid prediction get none.
 """

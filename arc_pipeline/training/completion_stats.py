@@ -1,6 +1,6 @@
-"""Per-batch statistics of completions that the seeds logged beyond TRL's own (docs/defaults.md).
+"""Per-batch statistics of completions that the published run logged beyond TRL's own (docs/defaults.md).
 
-They were added to diagnose RL collapse (iteration 30): long truncated outputs, repeated n-grams,
+They were added to diagnose RL collapse (docs/scoring.md): long truncated outputs, repeated n-grams,
 gibberish. Pure functions over rewards, token ids and error types, so they are tested without TRL.
 """
 
@@ -61,7 +61,7 @@ def _mean(values: Sequence[float]) -> float:
 
 
 def batch_metrics(outcomes: Sequence[CompletionOutcome]) -> dict[str, float]:
-    """The seeds' extra metrics for one generation batch, keyed by their logged name.
+    """The published run's extra metrics for one generation batch, keyed by their logged name.
 
     Group metrics (rewards of truncated completions, length of solved ones, n-gram counts per group)
     are left out when the group is empty, so they average only over batches that had such completions.

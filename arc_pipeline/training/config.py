@@ -1,12 +1,12 @@
 """Every knob of GRPO training of the refinement LoRA (the workflow config's ``train`` section).
 
 Defaults are the published multi-turn run (docs/defaults.md). TRL 1.x changed several
-defaults the seeds relied on (loss type, beta 0, top_p 1.0, bf16 on, no ``max_prompt_length``), so
+defaults the published run relied on (loss type, beta 0, top_p 1.0, bf16 on, no ``max_prompt_length``), so
 :func:`arc_pipeline.training.grpo.grpo_config` sets every one of them from here explicitly and never
 relies on TRL's defaults.
 
 Collapse guards (entropy and truncation watch, soft overlong penalty, clip-higher) are off by
-default, as they were in the seeds.
+default, as they were in the published run.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ ALL_PROJECTIONS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj
 
 
 class CollapseGuardConfig(BaseModel):
-    """Stop training when it collapses (iteration 30 of the seeds: long, repetitive or gibberish outputs).
+    """Stop training when it collapses (as the published run's training did when run long: long, repetitive or gibberish outputs).
 
     Each logging window is checked; when one of the set thresholds is crossed for ``patience``
     consecutive windows, training stops and the stage keeps the best checkpoint saved before the
@@ -136,7 +136,7 @@ class TrainConfig(BaseModel):
         False,
         description="sample both turns with the current policy (TRL rollout_func, arc_pipeline.training.online): "
         "first answer, sandbox feedback, second answer; the loss covers both answers but not the feedback "
-        "(env_mask) and the reward scores the last answer. Off = the seeds: second turn only, on fixed first turns",
+        "(env_mask) and the reward scores the last answer. Off = the published run: second turn only, on fixed first turns",
     )
 
     # ---- sampling

@@ -1,12 +1,12 @@
 """Online multi-turn GRPO (``TrainConfig.online_multi_turn``): both turns sampled by the current policy.
 
-The seeds trained the second turn only, on fixed first turns. Here TRL's ``rollout_func`` plays the
+The published run trained the second turn only, on fixed first turns. Here TRL's ``rollout_func`` plays the
 whole episode for each dataset row, with the policy being trained:
 
 1. the first-turn prompt (docs/prompts.md, train pairs unshuffled) is rendered from the
    row's augmented task, and the first answer is sampled;
 2. its program runs on the train inputs in the shared sandbox;
-3. the feedback user turn is built exactly as the refinement template does (section 3);
+3. the feedback user turn is built exactly as the refinement template does (docs/prompts.md);
 4. the second answer is sampled after ``first prompt + first answer + feedback``.
 
 The completion TRL trains on is ``first answer + feedback tokens + second answer``, with
@@ -15,8 +15,8 @@ The completion TRL trains on is ``first answer + feedback tokens + second answer
 
 The episode ends after the first turn (completion = first answer, no feedback) when the first
 answer cannot be refined: it was truncated, has no program, the program failed or gave no valid
-output on some train input (the template needs every output; section 8 refines only valid
-predictions), or it already solves every train pair (section 8 refines only wrong ones, and
+output on some train input (the template needs every output; docs/scoring.md: only valid
+predictions), or it already solves every train pair (docs/scoring.md: only wrong ones are refined, and
 "Your first solution was not correct" would be false). The reward is always computed on the
 episode's *last* answer (:class:`FinalTurnReward`): the second answer when there is one, else the
 first, so an invalid first answer scores 0 and a first answer right on train keeps its reward.

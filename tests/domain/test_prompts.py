@@ -292,6 +292,6 @@ def test_prompt_hash():
 
 
 def test_templates_keep_their_trailing_newline_in_source():
-    """The texts end with a newline that rendering drops, as in the seeds (Jinja's default)."""
+    """The texts end with a newline that rendering drops, as in the published run (Jinja's default)."""
     assert prompts.FIRST_TURN_TEMPLATE.endswith("reference examples.\n")
     assert prompts.REFINEMENT_TEMPLATE.endswith("reference examples.\n")

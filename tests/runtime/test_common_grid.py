@@ -1,4 +1,4 @@
-"""Boxes, positions, colours, blitting, translation, scaling, collision, ... (spec 3.5-3.22)."""
+"""Boxes, positions, colours, blitting, translation, scaling, collision, ... (docs/runtime.md 3.5-3.22)."""
 
 import numpy as np
 import pytest

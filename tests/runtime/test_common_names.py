@@ -1,4 +1,4 @@
-"""What `from common import *` provides, and the `Color` class (spec sections 0, 2, 6.5, 9)."""
+"""What `from common import *` provides, and the `Color` class (docs/runtime.md sections 0, 2, 6.5, 9)."""
 
 import random as stdlib_random
 import subprocess

@@ -1,4 +1,4 @@
-"""Connected components, detect_objects, flood_fill and draw_line (spec 3.1-3.4)."""
+"""Connected components, detect_objects, flood_fill and draw_line (docs/runtime.md 3.1-3.4)."""
 
 import numpy as np
 import pytest

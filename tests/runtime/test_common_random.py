@@ -1,4 +1,4 @@
-"""Random generation helpers, display helpers and [ext] old names (spec sections 5, 6)."""
+"""Random generation helpers, display helpers and [ext] old names (docs/runtime.md sections 5, 6)."""
 
 import random
 

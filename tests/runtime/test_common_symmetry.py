@@ -1,4 +1,4 @@
-"""Symmetry classes, detectors and orbit (spec section 4)."""
+"""Symmetry classes, detectors and orbit (docs/runtime.md section 4)."""
 
 import numpy as np
 import pytest
