@@ -146,7 +146,7 @@ def test_detectors_honour_ignore_colors_and_background():
     assert [(s.mirror_x, s.mirror_y) for s in found] == [(0, None), (None, 1.5)]
 
 
-# -- the detectors score candidates in bulk; check them against the spec's one-by-one rule -------
+# -- the detectors score candidates in bulk; check them against the one-by-one rule of docs/runtime.md 4.6 -------
 
 def _reference_translational(grid, ignore, background):
     n, m = grid.shape
