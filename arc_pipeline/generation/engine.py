@@ -54,7 +54,8 @@ class EngineOptions(BaseModel):
         "bfloat16",
         description="weights and activations (published: bf16); on a CPU without native bf16, bf16 runs as float32",
     )
-    max_model_len: int = Field(9700, gt=0, description="context length: prompt + completion tokens (published run: 9,700)")
+    max_model_len: int = Field(
+        9700, gt=0, description="context length: prompt + completion tokens (published run: 9,700)")
     gpu_memory_utilization: float = Field(
         0.92, gt=0, le=1, description="share of GPU memory vLLM may take (on CPU: of the NUMA node's RAM)"
     )

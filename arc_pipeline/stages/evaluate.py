@@ -7,7 +7,8 @@ into ``--output-dir``:
 - ``runs.md`` / ``runs.html`` / ``runs.parquet``: one row per run in the published format
   (docs/defaults.md: ``initial | refinement | model | valid code ... is_correct``) plus the strict ``solved``;
   ``tasks.parquet``: every run's per-task table.
-- ``published.md`` / ``published.html`` (only with ``compare_with_published``): beside the published rows (docs/defaults.md).
+- ``published.md`` / ``published.html`` (only with ``compare_with_published``): beside the published rows
+  (docs/defaults.md).
 - ``kaggle.md`` / ``kaggle.html`` / ``kaggle.parquet``: two attempts per test input by voting, scored;
   ``submission.json``: the best run's submission, validated.
 - ``errors.md`` / ``errors.html`` / ``errors.parquet`` / ``errors.png``: error analysis per run.

@@ -47,7 +47,8 @@ def _default_workers() -> int:
 class ExecuteConfig(BaseModel):
     workers: PositiveInt = Field(default_factory=_default_workers,
                                  description="sandbox worker processes (default: the CPUs this job may use)")
-    timeout_s: PositiveFloat = Field(1.0, description="time limit of one program on all its inputs (published run: 1 s)")
+    timeout_s: PositiveFloat = Field(
+        1.0, description="time limit of one program on all its inputs (published run: 1 s)")
     memory_mb: PositiveInt = Field(2048, description="memory limit of one program in MiB (published run: 2048)")
     chunk_size: PositiveInt = Field(2000, description="predictions per resumable chunk")
     scoring_workers: NonNegativeInt | None = Field(

@@ -17,7 +17,8 @@ Three sources, one kind of output (a Hugging Face model folder plus ``model.json
   with trivial programs, so that refinement and GRPO get data.
 
 For ``hub`` and ``path`` the saved tokenizer config pads with ``<|finetune_right_pad_id|>`` instead of
-``<|eot_id|>``, as the published run did by hand (docs/prompts.md). The folder is built beside ``--output`` and renamed into
+``<|eot_id|>``, as the published run did by hand (docs/prompts.md). The folder is built beside
+``--output`` and renamed into
 place, so a failed run never leaves a half-written model behind.
 """
 

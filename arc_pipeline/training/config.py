@@ -21,7 +21,8 @@ ALL_PROJECTIONS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj
 
 
 class CollapseGuardConfig(BaseModel):
-    """Stop training when it collapses (as the published run's training did when run long: long, repetitive or gibberish outputs).
+    """Stop training when it collapses (as the published run did when trained long: long, repetitive or
+    gibberish outputs).
 
     Each logging window is checked; when one of the set thresholds is crossed for ``patience``
     consecutive windows, training stops and the stage keeps the best checkpoint saved before the
@@ -103,7 +104,8 @@ class TrainConfig(BaseModel):
         "optimizer step, as task_repeats groups whose advantages are centred per group. The published run: "
         "num_generations 8, task_repeats 4 (4 groups of 8 = 32 completions, std over all 32 with scale_rewards "
         "batch); 1 group of 32 is num_generations 32, task_repeats 1")
-    beta: float = Field(0.02, ge=0, description="KL coefficient (published run: 0.02; TRL 1.x default 0 = no reference)")
+    beta: float = Field(
+        0.02, ge=0, description="KL coefficient (published run: 0.02; TRL 1.x default 0 = no reference)")
     loss_type: Literal["grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo"] = Field(
         "bnpo",
         description="loss aggregation; the published run used 'bnpo' (normalised by the tokens of the local "
@@ -121,7 +123,8 @@ class TrainConfig(BaseModel):
         "the plain k3 estimator (off)",
     )
     scale_rewards: Literal["group", "batch", "none"] = Field("batch", description="published run: batch")
-    mask_truncated_completions: bool = Field(True, description="drop truncated completions from the loss (published run: on)")
+    mask_truncated_completions: bool = Field(
+        True, description="drop truncated completions from the loss (published run: on)")
     epsilon: float = Field(0.2, gt=0, description="lower clip of the importance ratio (TRL default)")
     epsilon_high: float | None = Field(
         None, gt=0, description="clip-higher (DAPO recommends 0.28); None = same as epsilon (published run: off)"
@@ -136,7 +139,8 @@ class TrainConfig(BaseModel):
         False,
         description="sample both turns with the current policy (TRL rollout_func, arc_pipeline.training.online): "
         "first answer, sandbox feedback, second answer; the loss covers both answers but not the feedback "
-        "(env_mask) and the reward scores the last answer. Off = the published run: second turn only, on fixed first turns",
+        "(env_mask) and the reward scores the last answer. Off = the published run: second turn only, on fixed first "
+        "turns",
     )
 
     # ---- sampling
@@ -146,7 +150,8 @@ class TrainConfig(BaseModel):
     repetition_penalty: float = Field(1.02, gt=0, description="published run: 1.02")
     max_completion_length: PositiveInt = Field(1024, description="published run: 1,024 tokens")
     max_seq_length: PositiveInt = Field(
-        9700, description="prompt + completion limit (published run: 9,700); longer prompts are dropped from the dataset"
+        9700, description="prompt + completion limit (published run: 9,700); longer prompts are dropped from the "
+        "dataset"
     )
 
     # ---- reward
@@ -165,8 +170,10 @@ class TrainConfig(BaseModel):
     execution_rules: Literal["strict", "published"] = Field(
         "strict", description="execution rules of the reward (arc_pipeline/scoring/rules.py); the published "
         "rewards were computed under 'published'")
-    execution_timeout_s: float = Field(1.0, gt=0, description="time limit of a program on all inputs (published run: 1 s)")
-    execution_memory_mb: PositiveInt = Field(4096, description="memory limit of a program during RL (published run: 4,096 MiB)")
+    execution_timeout_s: float = Field(
+        1.0, gt=0, description="time limit of a program on all inputs (published run: 1 s)")
+    execution_memory_mb: PositiveInt = Field(
+        4096, description="memory limit of a program during RL (published run: 4,096 MiB)")
 
     # ---- checkpoints and logging
     save_steps: PositiveInt = Field(200, description="checkpoint every this many steps (published run: 200)")

@@ -3,7 +3,8 @@
 A reward function is called by ``GRPOTrainer`` once per generation batch with the prompts, the
 decoded completions, their token ids and every other dataset column repeated per completion (here
 the augmented task grids of the refinement dataset). Programs run in a shared :class:`Sandbox`
-(never in the trainer's process). The published run's extra metrics (docs/scoring.md) go through TRL's official ``log_metric``
+(never in the trainer's process). The published run's extra metrics (docs/scoring.md) go
+through TRL's official ``log_metric``
 callback that the trainer passes to reward functions.
 """
 
