@@ -21,8 +21,7 @@ ALL_PROJECTIONS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj
 
 
 class CollapseGuardConfig(BaseModel):
-    """Stop training when it collapses (as the published run did when trained long: long, repetitive or
-    gibberish outputs).
+    """Stop training when it collapses into long, repetitive or gibberish outputs (docs/defaults.md).
 
     Each logging window is checked; when one of the set thresholds is crossed for ``patience``
     consecutive windows, training stops and the stage keeps the best checkpoint saved before the
