@@ -18,6 +18,8 @@ import numpy as np
 import pytest
 import yaml
 
+from arc_pipeline.io import write_table
+from arc_pipeline.schemas import REFINEMENT_SCHEMA
 from tests.evaluation import eval_data as data
 from tests.workflow.conftest import REPO, Workflow
 
@@ -34,10 +36,16 @@ CAPTION_WORDS = ("Does the RL refiner help?", "Unbiased pass", "GRPO training of
 def place_inputs(workflow: Workflow) -> None:
     """The evaluate rule's inputs at the paths of the rules that normally write them."""
     staged = data.write_inputs(workflow.workdir / "staged")
+    # refine-prompts' outputs (no rows needed: the refinements are staged), placed in rule order so
+    # that each file is newer than its inputs
+    staged["prompts"] = workflow.workdir / "staged" / "prompts.parquet"
+    write_table([], staged["prompts"], REFINEMENT_SCHEMA)
     targets = {
         "tasks": "arc_tasks/tasks.parquet",
         "baseline_predictions": "evaluate/baseline/predictions.parquet",
         "baseline": "evaluate/baseline/executions.parquet",
+        "prompts": "evaluate/refine_prompts.parquet",
+        "dropped_prompts": "evaluate/refine_prompts.dropped.parquet",
         "base_predictions": "evaluate/refine_base/predictions.parquet",
         "base": "evaluate/refine_base/executions.parquet",
         "rl_predictions": "evaluate/refine_rl/predictions.parquet",
@@ -47,7 +55,7 @@ def place_inputs(workflow: Workflow) -> None:
     for key, relative in targets.items():
         destination = workflow.path(relative)
         destination.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(staged[key], destination)
+        shutil.copy(staged["prompts" if key == "dropped_prompts" else key], destination)
 
 
 def screenshot(url: str, png: Path, profile: Path) -> None:
@@ -111,6 +119,9 @@ def test_report_embeds_tables_and_figures_and_renders(workflow: Workflow, tmp_pa
     workflow.snakemake("--allowed-rules", "evaluate", "--cores", "1", target)
     for name in REPORT_FILES:
         assert workflow.path(f"evaluate/report/{name}").exists(), name
+    # the rule passes the rules of the default config and the (empty) count of dropped prompts
+    assert workflow.path("evaluate/report/published.md").read_text().count("| this run | strict |") == 3
+    assert workflow.path("evaluate/report/runs.md").read_text().splitlines()[3].endswith("| 0 |")
 
     report = workflow.workdir / "report.html"
     workflow.snakemake("--allowed-rules", "evaluate", "--report", str(report), target)
