@@ -56,6 +56,19 @@ def temp_beside(path: Path) -> tuple[int, str]:
     return fd, name
 
 
+def share_like_umask(root: str | os.PathLike) -> None:
+    """Give every file and folder under ``root`` (itself included) the mode that the umask allows.
+
+    Libraries that write weights (safetensors) create their files 0600 whatever the umask; on a shared
+    filesystem the group could then not read a model or an adapter. Symlinks are left alone."""
+    mask = current_umask()
+    root = Path(root)
+    for path in [root, *root.rglob("*")]:
+        if path.is_symlink():
+            continue
+        path.chmod((0o777 if path.is_dir() else 0o666) & ~mask)
+
+
 def write_table(data: Any, path: str | os.PathLike, schema: pa.Schema) -> Path:
     """Validate ``data`` (rows, polars or arrow) against ``schema`` and write it atomically."""
     path = Path(path)

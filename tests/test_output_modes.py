@@ -34,3 +34,19 @@ def test_parquet_text_and_concatenated_outputs_follow_the_umask(tmp_path: Path, 
     assert [mode(table), mode(text), mode(tmp_path / "executions.parquet")] == [expected] * 3
     # and no temporary file is left beside them
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
+
+
+def test_weights_written_0600_by_safetensors_are_shared_like_the_umask(tmp_path: Path, umask: int) -> None:
+    import torch
+    from safetensors.torch import save_file
+
+    from arc_pipeline.io import share_like_umask
+
+    folder = tmp_path / "adapter"
+    folder.mkdir()
+    save_file({"w": torch.zeros(2)}, folder / "adapter_model.safetensors")
+    (tmp_path / "elsewhere").write_text("x")
+    (folder / "link").symlink_to(tmp_path / "elsewhere")
+    share_like_umask(folder)
+    assert mode(folder / "adapter_model.safetensors") == 0o666 & ~umask
+    assert mode(folder) == 0o777 & ~umask

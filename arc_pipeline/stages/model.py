@@ -352,6 +352,9 @@ class _staging_dir:
         if exc_type is not None:
             shutil.rmtree(self.path, ignore_errors=True)
             return
+        from arc_pipeline.io import share_like_umask
+
+        share_like_umask(self.path)  # safetensors writes weights 0600
         old = None
         if self.output.exists() or self.output.is_symlink():
             old = self.output.with_name(f".{self.output.name}.old-{os.getpid()}")
