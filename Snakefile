@@ -38,5 +38,5 @@ rule all:
 if not workflow.remote_exec:
     from arc_pipeline.report_home import write_home
 
-    workflow.report(str(write_home(config, Path(workflow.basedir), [str(f) for f in workflow.overwrite_configfiles],
+    workflow.report(str(write_home(config, Path(workflow.basedir), USER_CONFIG,
                                    Path(".snakemake/arc-pipeline/report-home.rst"))))  # the `report:` keyword

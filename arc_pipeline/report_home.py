@@ -79,7 +79,10 @@ def render_home(config: dict[str, Any], repo: Path, configfiles: list[str]) -> s
                                                                           "evaluation"))
     split = barc.get("split", {})
     model = config.get("model", {})
-    preset = ", ".join(Path(f).name for f in configfiles) or "embedded default (config/config.yaml)"
+    files = [f if f.startswith("--config ") else Path(f).name for f in configfiles]
+    if not any(not f.startswith("--config ") for f in files):
+        files.insert(0, "embedded default (config/config.yaml)")
+    preset = ", ".join(files)
     if summary:
         adapter = (f"trained {summary.get('global_step')} steps"
                    + (f", resumed from {Path(summary['resumed_from']).name}" if summary.get("resumed_from") else "")

@@ -23,6 +23,8 @@ check_config(config)  # every stage's own model: a bad field fails here, before 
 # strips quotes and splits at spaces ('evaluation={n_eval: 16}' arrives as two broken words). So jobs
 # get the parsed config as one file instead (same values, so same params and DAG).
 _config_args = workflow.config_settings.config_args or []
+# what the user gave, for the report's home page (before the rewrite below)
+USER_CONFIG = [str(f) for f in workflow.overwrite_configfiles] + [f"--config {arg}" for arg in _config_args]
 if not workflow.remote_exec and any(any(c.isspace() for c in str(arg)) for arg in _config_args):
     _jobs_config = yaml.safe_dump(dict(config), sort_keys=True)
     _jobs_configfile = os.path.abspath(

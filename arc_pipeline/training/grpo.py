@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from arc_pipeline.io import InputFileError, current_umask, read_frame, write_table
+from arc_pipeline.io import InputFileError, current_umask, read_frame, share_like_umask, write_table
 from arc_pipeline.schemas import REFINEMENT_SCHEMA, TRAINING_METRICS_SCHEMA
 from arc_pipeline.training.config import TrainConfig
 
@@ -456,6 +456,7 @@ def train(
             **({"rollout_func": rollout} if rollout is not None else {}),
         )
         trainer.train(resume_from_checkpoint=str(resume) if resume else None)
+    share_like_umask(checkpoint_dir)  # checkpoints too are for colleagues to read (safetensors: 0600)
     state = trainer.state
     kept = None
     if guard.stopped_at is not None:
@@ -511,6 +512,7 @@ def _write_adapter(trainer: Any, output: Path, kept: Path | None, config: TrainC
             "config": config.model_dump(mode="json"),
         }
         (staging / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n")
+        share_like_umask(staging)  # safetensors writes the adapter 0600
         if output.exists():
             old = output.with_name(f".{output.name}.old-{os.getpid()}")
             os.rename(output, old)

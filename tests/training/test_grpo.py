@@ -9,6 +9,7 @@ the loss would be exactly zero).
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 
 import polars as pl
@@ -176,6 +177,9 @@ def test_checkpoints_survive_a_move_and_a_finished_run_is_not_trained_further(ti
     assert start.start is None  # no training step at all: the checkpoint already reached max_steps
     assert result.global_step == 2 and result.resumed_from == str(moved / "adapter_checkpoints" / "checkpoint-2")
     assert (moved / "adapter" / "adapter_model.safetensors").is_file()
+    umask = os.umask(0)
+    os.umask(umask)
+    assert (moved / "adapter" / "adapter_model.safetensors").stat().st_mode & 0o777 == 0o666 & ~umask
     assert len(metric(read_frame(moved / "metrics.parquet", TRAINING_METRICS_SCHEMA), "reward")) == 2
 
     # another run's checkpoints are moved aside, never deleted
