@@ -3,6 +3,7 @@
 import json
 
 REFINERS = ["base", "rl", *config["evaluation"]["extra_adapters"]]
+EVAL_SHARDS = list(range(config["evaluation"].get("shards", 1)))
 
 
 def eval_inference_slice(n_predictions):
@@ -56,28 +57,55 @@ def refiner_adapter(wildcards):
     return config["evaluation"]["extra_adapters"][wildcards.refiner]
 
 
+# The baseline (n_eval predictions of every evaluation task) is sharded like BARC inference: one GPU
+# job per shard, so a killed run redoes only the shards that had not finished.
+rule evaluate_baseline_shard_tasks:
+    input:
+        rules.arc_tasks.output,
+    output:
+        temp(result("evaluate/baseline/shard{shard}.tasks.parquet")),
+    params:
+        n_shards=len(EVAL_SHARDS),
+    log:
+        log_path("evaluate/baseline/shard{shard}.tasks"),
+    shell:
+        "arc-pipeline --log-file {log} shard --tasks {input} --index {wildcards.shard}"
+        " --count {params.n_shards} --output {output}"
+
+
 rule evaluate_baseline_inference:
     input:
-        tasks=rules.arc_tasks.output,
+        tasks=rules.evaluate_baseline_shard_tasks.output,
         model=rules.model.output,
     output:
-        result("evaluate/baseline/predictions.parquet"),
+        result("evaluate/baseline/shard{shard}.parquet"),
     params:
         cfg=eval_inference_slice(config["evaluation"]["n_eval"]),
     threads: config["cluster"]["gpu"]["threads"]
     resources:
         **gpu_resources(),
     log:
-        log_path("evaluate/baseline/inference"),
+        log_path("evaluate/baseline/inference.shard{shard}"),
     shell:
         "arc-pipeline --log-file {log} inference --tasks {input.tasks} --model {input.model}"
         " --output {output} --config-json {params.cfg}"
 
 
+rule evaluate_baseline_gather:
+    input:
+        expand(result("evaluate/baseline/shard{shard}.parquet"), shard=EVAL_SHARDS),
+    output:
+        result("evaluate/baseline/predictions.parquet"),
+    log:
+        log_path("evaluate/baseline/inference.gather"),
+    shell:
+        "arc-pipeline --log-file {log} gather --schema predictions --inputs {input} --output {output}"
+
+
 rule evaluate_refine_prompts:
     input:
         tasks=rules.arc_tasks.output,
-        predictions=rules.evaluate_baseline_inference.output,
+        predictions=rules.evaluate_baseline_gather.output,
         executions=result("evaluate/baseline/executions.parquet"),
         model=rules.model.output,
     output:
@@ -138,7 +166,7 @@ rule evaluate_execute:
 rule evaluate:
     input:
         tasks=rules.arc_tasks.output,
-        baseline_predictions=rules.evaluate_baseline_inference.output,
+        baseline_predictions=rules.evaluate_baseline_gather.output,
         baseline=result("evaluate/baseline/executions.parquet"),
         refinement_predictions=expand(result("evaluate/refine_{refiner}/predictions.parquet"), refiner=REFINERS),
         refinements=expand(result("evaluate/refine_{refiner}/executions.parquet"), refiner=REFINERS),

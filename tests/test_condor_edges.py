@@ -45,3 +45,16 @@ def test_downloads_run_on_the_submit_machine(workdir: Path, monkeypatch: pytest.
     assert "barc_download" in local
     assert ("model" in local) == (workflow.config["model"]["source"] in ("hub", "path"))
     assert configfile is None or "model" in local  # the published preset downloads the 8B model
+
+
+def test_baseline_evaluation_is_sharded_and_gathered(workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+    """One GPU job per shard of the evaluation tasks (a killed run redoes only unfinished shards)."""
+    workflow, _ = _dry_run_in_process(["--profile", "condor", "--config", "evaluation={shards: 3}"], monkeypatch)
+    jobs = [job for job in workflow.dag.jobs if job.rule.name.startswith("evaluate_baseline")]
+    counts = {name: sum(job.rule.name == name for job in jobs) for name in {job.rule.name for job in jobs}}
+    assert counts == {"evaluate_baseline_shard_tasks": 3, "evaluate_baseline_inference": 3,
+                      "evaluate_baseline_gather": 1}
+    shells = sorted(job.format_wildcards(job.rule.shellcmd) for job in jobs
+                    if job.rule.name == "evaluate_baseline_shard_tasks")
+    assert all("--count 3" in cmd for cmd in shells)
+    assert [f"--index {i}" in cmd for i, cmd in enumerate(shells)] == [True] * 3

@@ -255,6 +255,7 @@ def _expected_counts(configfile: str | None) -> dict[str, int]:
     parts = config["barc"]["split"]["n_parts"]
     shards = config["inference"]["shards"]
     refiners = 2 + len(config["evaluation"]["extra_adapters"])  # base model, trained adapter, extras
+    eval_shards = config["evaluation"].get("shards", 1)
     return {
         "barc_download": 1,
         "barc_tasks": 1,
@@ -267,7 +268,9 @@ def _expected_counts(configfile: str | None) -> dict[str, int]:
         "refine_dataset": 1,
         "train": 1,
         "arc_tasks": 1,
-        "evaluate_baseline_inference": 1,
+        "evaluate_baseline_shard_tasks": eval_shards,
+        "evaluate_baseline_inference": eval_shards,
+        "evaluate_baseline_gather": 1,
         "evaluate_refine_prompts": 1,
         "evaluate_refinement_inference": refiners,
         "evaluate_execute": 1 + refiners,  # the baseline and each refiner

@@ -88,6 +88,8 @@ class EvaluateConfig(BaseModel):
 
     n_eval: int = Field(128, ge=2, description="baseline predictions per task; refinement runs use the first "
                         "n_eval / 2 of them")
+    shards: int = Field(1, ge=1, description="GPU jobs the baseline inference is split into (like inference.shards "
+                        "for BARC parts): a killed run redoes only its unfinished shards")
     refinement_prompts: int = Field(8, ge=1, description="refinement prompts per task (used by refine-prompts)")
     extra_adapters: dict[str, str] = Field(default_factory=dict, description="name: adapter folder, evaluated "
                                            "like the trained adapter")
