@@ -227,7 +227,8 @@ RUNS_SCHEMA = pa.schema(
     + [pa.field("dropped prompts", pa.int64(), nullable=True)]
 )
 
-# Every run's per-task metric table (METRICS_SCHEMA rows, MEAN rows included) with its run id.
+# Every run's per-task metric table (METRICS_SCHEMA columns, tasks only: the MEAN rows are in runs.parquet)
+# with its run id.
 RUN_TASK_METRICS_SCHEMA = pa.schema([pa.field("run", pa.string(), nullable=False), *METRICS_SCHEMA])
 
 # pass@k curve of every run: mean unbiased pass@k over tasks, k = 1..(most predictions of a task).

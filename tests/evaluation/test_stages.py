@@ -122,6 +122,9 @@ def test_evaluate_stage_end_to_end(tiny_model, tmp_path):
     assert runs.select("run", "initial", "refinement", "model").rows() == [
         ("baseline", 4, 0, "base"), ("refine_base", 2, 4, "base refines"), ("refine_rl", 2, 4, "RL-refiner")]
     assert runs["dropped prompts"].to_list() == [None, n_dropped, n_dropped]
+    per_task = read_frame(out / "tasks.parquet")
+    assert "MEAN" not in per_task["task_id"].to_list()  # the per-task table holds tasks only
+    assert per_task.group_by("run").len().sort("run")["len"].to_list() == [2, 2, 2]
     markdown = (out / "runs.md").read_text().splitlines()
     assert markdown[0].startswith("| initial | refinement | model | valid code |")
     assert markdown[0].endswith("| solved | dropped prompts |")
