@@ -62,7 +62,7 @@ def output_to_log(log_file: str | None) -> Iterator[None]:
         for fd, copy in saved.items():
             os.dup2(copy, fd)
             os.close(copy)
-        _wait_gone(tee_pid, timeout_s=2.0)  # usually at once; longer only while children still write
+        _wait_gone(tee_pid, timeout_s=0.5)  # at once, unless engine children still hold the pipe (killed at exit)
 
 
 def _wait_gone(pid: int, timeout_s: float) -> None:
