@@ -177,6 +177,8 @@ rule evaluate:
         runs_html=evaluation_report("runs.html", "runs.rst", "Tables"),
         runs_parquet=result("evaluate/report/runs.parquet"),
         tasks_parquet=result("evaluate/report/tasks.parquet"),
+        tasks_md=result("evaluate/report/tasks.md"),
+        tasks_html=evaluation_report("tasks.html", "tasks.rst", "Tables"),
         kaggle=evaluation_report("kaggle.html", "kaggle.rst", "Tables"),
         kaggle_md=result("evaluate/report/kaggle.md"),
         kaggle_parquet=result("evaluate/report/kaggle.parquet"),

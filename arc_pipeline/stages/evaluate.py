@@ -62,7 +62,7 @@ COMMON_ERRORS_PER_RUN = 10
 OUTPUT_FILES = (
     "runs.md", "runs.html", "runs.parquet", "tasks.parquet", "kaggle.md", "kaggle.html", "kaggle.parquet",
     "submission.json", "errors.md", "errors.html", "errors.parquet", "errors.png", "passk.parquet",
-    "passk.png", "training.png",
+    "passk.png", "training.png", "tasks.md", "tasks.html",
 )
 PUBLISHED_FILES = ("published.md", "published.html")
 DROPPED_LEGEND = ("dropped prompts = refinement prompts longer than the refinement context allows "
@@ -101,6 +101,17 @@ class EvaluateConfig(BaseModel):
         "Published refinement evaluation: 14,500 (no prompt dropped)")
     execution: EvaluationExecution = Field(default_factory=EvaluationExecution,
                                            description="execution settings of the evaluation runs")
+
+
+def solved_by_run(per_task: pl.DataFrame) -> pl.DataFrame:
+    """One row per task, one column per run: 'solved', or the test pixel score when not solved."""
+    cell = (pl.when(pl.col("solved") == 1.0).then(pl.lit("solved"))
+            .when(pl.col("test_pixel_score").is_null()).then(pl.lit("?"))
+            .otherwise((pl.col("test_pixel_score") * 100).round(0).cast(pl.Int64).cast(pl.String) + "% px"))
+    runs = per_task["run"].unique(maintain_order=True).to_list()
+    table = (per_task.select("task_id", "run", cell.alias("cell"))
+             .pivot(on="run", index="task_id", values="cell").select("task_id", *runs).sort("task_id"))
+    return table
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -180,6 +191,11 @@ def evaluate(args: argparse.Namespace, config: EvaluateConfig) -> dict[str, Path
     per_task = pl.concat([frame.filter(pl.col("task_id") != MEAN_LABEL).select(pl.lit(name).alias("run"), pl.all())
                           for name, frame in metrics.items()], how="vertical")
     write_table(per_task, out / "tasks.parquet", RUN_TASK_METRICS_SCHEMA)
+    tasks_md = to_markdown(solved_by_run(per_task))
+    write_text(tasks_md, out / "tasks.md")
+    write_text(page("Tasks x runs", [("", "Per evaluation task and run: 'solved' = one prediction right on train and "
+                                          "test; otherwise the mean test pixel score ('?' = test solution unknown).",
+                                      tasks_md)]), out / "tasks.html")
     if config.compare_with_published:
         if args.execution_rules is None:
             raise SystemExit("evaluate: compare_with_published needs --execution-rules (the rules the runs used)")

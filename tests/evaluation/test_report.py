@@ -27,7 +27,7 @@ pytestmark = pytest.mark.slow
 
 CHROMIUM = next((shutil.which(name) for name in ("chromium", "chromium-browser", "google-chrome")
                  if shutil.which(name)), None)
-REPORT_FILES = ("runs.html", "kaggle.html", "errors.html", "errors.png", "passk.png", "training.png",
+REPORT_FILES = ("runs.html", "tasks.html", "kaggle.html", "errors.html", "errors.png", "passk.png", "training.png",
                 "published.html")
 CAPTION_WORDS = ("Does the RL refiner help?", "Unbiased pass", "GRPO training of the refiner",
                  "Share of predictions per error type", "Kaggle-style scoring", "beside the published results")

@@ -125,6 +125,10 @@ def test_evaluate_stage_end_to_end(tiny_model, tmp_path):
     per_task = read_frame(out / "tasks.parquet")
     assert "MEAN" not in per_task["task_id"].to_list()  # the per-task table holds tasks only
     assert per_task.group_by("run").len().sort("run")["len"].to_list() == [2, 2, 2]
+    solved_by = (out / "tasks.md").read_text().splitlines()
+    assert solved_by[0] == "| task_id | baseline | refine_base | refine_rl |" and len(solved_by) == 2 + 2
+    assert all(cell.strip() == "solved" or cell.strip().endswith("% px") or cell.strip() == "?"
+               for line in solved_by[2:] for cell in line.strip("|").split("|")[1:])
     markdown = (out / "runs.md").read_text().splitlines()
     assert markdown[0].startswith("| initial | refinement | model | valid code |")
     assert markdown[0].endswith("| solved | dropped prompts |")
