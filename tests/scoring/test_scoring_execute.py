@@ -285,11 +285,3 @@ def test_metric_tables_carry_the_legend() -> None:
     table = "| task_id | valid code |\n|---|---|\n| a | 100.0% |\n"
     text = with_legend(table)
     assert text.startswith(table + "\n") and "valid code = a code block was present" in text
-
-
-def test_metric_tables_carry_the_legend() -> None:
-    from arc_pipeline.scoring.legend import with_legend
-
-    table = "| task_id | valid code |\n|---|---|\n| a | 100.0% |\n"
-    text = with_legend(table)
-    assert text.startswith(table + "\n") and "valid code = a code block was present" in text
