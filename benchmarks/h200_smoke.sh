@@ -40,6 +40,31 @@ print(json.dumps(value, sort_keys=True))
 EOF
 }
 
+# `execution` with `evaluation.execution` merged over it (rules/evaluate.smk's evaluation_execution).
+eval_execution() {
+    "$PYTHON" - "$CONFIG" <<'EOF'
+import json, sys, yaml
+config = yaml.safe_load(open(sys.argv[1]))
+own = {k: v for k, v in (config["evaluation"].get("execution") or {}).items() if v is not None}
+print(json.dumps(dict(config["execution"], **own), sort_keys=True))
+EOF
+}
+
+# refine-prompts' slice (rules/evaluate.smk's refine_prompts_slice): prompts per task and the
+# refinement inference's context, max_tokens and double_bos.
+refine_prompts_cfg() {
+    "$PYTHON" - "$CONFIG" <<'EOF'
+import json, sys, yaml
+config = yaml.safe_load(open(sys.argv[1]))
+inference = dict(config["inference"])
+if config["evaluation"].get("refinement_max_model_len") is not None:
+    inference["max_model_len"] = config["evaluation"]["refinement_max_model_len"]
+value = {"refinement_prompts": config["evaluation"]["refinement_prompts"]}
+value.update({k: inference[k] for k in ("max_model_len", "max_tokens", "double_bos") if k in inference})
+print(json.dumps(value, sort_keys=True))
+EOF
+}
+
 cfg_value() { "$PYTHON" -c "import sys, yaml; c = yaml.safe_load(open(sys.argv[1])); print(eval(sys.argv[2], {}, {'c': c}))" "$CONFIG" "$1"; }
 
 # step NAME STAGE ARGS...: one stage command, its log in $LOGS/NAME.log, its time in timings.tsv.
@@ -136,15 +161,13 @@ evaluate_execute() {
     step "execute_$run" execute --predictions "$R/evaluate/$run/predictions.parquet" --tasks "$R/arc_tasks/tasks.parquet" \
         --executions "$R/evaluate/$run/executions.parquet" --metrics "$R/evaluate/$run/metrics.parquet" \
         --metrics-md "$R/evaluate/$run/metrics.md" --errors "$R/evaluate/$run/errors.parquet" \
-        --errors-md "$R/evaluate/$run/errors.md" --config-json "$(slice execution)"
+        --errors-md "$R/evaluate/$run/errors.md" --config-json "$(eval_execution)"
 }
 
 phase_eval() {
     local n_eval=$(cfg_value "c['evaluation']['n_eval']")
-    local k=$(cfg_value "c['evaluation']['refinement_prompts']")
     # the refinement runs' context (rules/evaluate.smk): evaluation.refinement_max_model_len, else inference's
     local context=$(cfg_value "c['evaluation'].get('refinement_max_model_len') or c['inference']['max_model_len']")
-    local max_tokens=$(cfg_value "c['inference']['max_tokens']")
     local eval_cfg=$(slice inference n_predictions=$n_eval)
     step inference_baseline inference --tasks "$R/arc_tasks/tasks.parquet" --model "$R/model/base" \
         --output "$R/evaluate/baseline/predictions.parquet" --config-json "$eval_cfg" &&
@@ -156,13 +179,13 @@ phase_eval() {
         --predictions "$R/evaluate/baseline/predictions.parquet" --executions "$R/evaluate/baseline/executions.parquet" \
         --model "$R/model/base" --first-predictions $((n_eval / 2)) --output "$R/evaluate/refine_prompts.parquet" \
         --dropped "$R/evaluate/refine_prompts.dropped.parquet" \
-        --config-json "{\"max_model_len\": $context, \"max_tokens\": $max_tokens, \"refinement_prompts\": $k}" &&
+        --config-json "$(refine_prompts_cfg)" &&
     step inference_refine_base inference --refinements "$R/evaluate/refine_prompts.parquet" --model "$R/model/base" \
         --output "$R/evaluate/refine_base/predictions.parquet" --config-json "$(slice inference max_model_len=$context)" &&
     evaluate_execute refine_base &&
     step inference_refine_rl inference --refinements "$R/evaluate/refine_prompts.parquet" --model "$R/model/base" \
         --adapter "$R/train/adapter" --output "$R/evaluate/refine_rl/predictions.parquet" \
-        --config-json "$(slice inference)" &&
+        --config-json "$(slice inference max_model_len=$context)" &&
     evaluate_execute refine_rl &&
     step evaluate evaluate --tasks "$R/arc_tasks/tasks.parquet" \
         --baseline-predictions "$R/evaluate/baseline/predictions.parquet" \
@@ -171,7 +194,7 @@ phase_eval() {
         --refinements "$R/evaluate/refine_base/executions.parquet" "$R/evaluate/refine_rl/executions.parquet" \
         --training-metrics "$R/train/metrics.parquet" --output-dir "$R/evaluate/report" \
         --dropped-refinement-prompts "$R/evaluate/refine_prompts.dropped.parquet" \
-        --execution-rules "$(cfg_value "c['execution'].get('rules', 'strict')")" \
+        --execution-rules "$(eval_execution | "$PYTHON" -c "import json, sys; print(json.load(sys.stdin).get('rules', 'strict'))")" \
         --config-json "$(slice evaluation)"
 }
 
