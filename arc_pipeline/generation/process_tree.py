@@ -7,12 +7,13 @@ SIGTERM from Snakemake or HTCondor, Ctrl-C, the stall watchdog) those children c
 
 - it becomes a *child subreaper* (Linux ``PR_SET_CHILD_SUBREAPER``), so a grandchild whose parent died
   is re-parented to the stage instead of to init, and stays findable;
-- every process forked from now on gets ``PR_SET_PDEATHSIG = SIGKILL``: it dies with its parent even
-  when the stage itself is killed with SIGKILL (where no handler can run);
 - at exit, on an uncaught exception and on SIGTERM/SIGINT/SIGHUP, every descendant gets SIGKILL
   (never a polite signal first: a stalled worker does not answer one).
 
-Linux only; elsewhere the prctl calls are skipped and only the exit-time sweep remains.
+A stage killed with SIGKILL runs no handler; there vLLM's own engine processes notice their parent's
+death. (A parent-death signal on every fork would cover that case too, but it fires when the *thread*
+that forked exits, which would kill processes forked from worker threads, such as sandbox workers.)
+Linux only; elsewhere the prctl call is skipped and only the exit-time sweep remains.
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ from collections.abc import Iterable
 
 log = logging.getLogger(__name__)
 
-_PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
 _HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 _installed = False
@@ -38,10 +38,6 @@ def _prctl(option: int, value: int) -> bool:
         return False
     libc = ctypes.CDLL(None, use_errno=True)
     return libc.prctl(option, value, 0, 0, 0) == 0
-
-
-def _die_with_parent() -> None:
-    _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def descendants(pid: int | None = None) -> list[int]:
@@ -67,7 +63,7 @@ def kill_all(pids: Iterable[int]) -> int:
     return killed
 
 
-def kill_descendants(reason: str) -> int:
+def kill_descendants(reason: str, quiet: bool = False) -> int:
     """SIGKILL every process below this one (repeated while new ones appear: a dying parent may fork)."""
     total = 0
     for _ in range(5):
@@ -75,9 +71,13 @@ def kill_descendants(reason: str) -> int:
         if not pids:
             break
         total += kill_all(pids)
-    if total:
+    if total and not quiet:
         log.info("killed %d leftover engine process(es) (%s)", total, reason)
     return total
+
+
+def _sweep_at_exit() -> None:
+    kill_descendants("stage exit", quiet=True)  # logging's streams may already be closed here
 
 
 def _on_signal(signum: int, _frame: object) -> None:
@@ -94,8 +94,7 @@ def own_descendants() -> None:
         return
     _installed = True
     _prctl(_PR_SET_CHILD_SUBREAPER, 1)
-    os.register_at_fork(after_in_child=_die_with_parent)
-    atexit.register(kill_descendants, "stage exit")
+    atexit.register(_sweep_at_exit)
     for signum in _HANDLED_SIGNALS:
         if signal.getsignal(signum) in (signal.SIG_DFL, signal.default_int_handler):
             signal.signal(signum, _on_signal)

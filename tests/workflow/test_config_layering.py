@@ -78,7 +78,7 @@ def test_config_values_get_the_schemas_types(tmp_path: Path) -> None:
     result = dry_run(tmp_path, "--config", "evaluation={n_eval: 16}",
                      "training={learning_rate: 0.001, use_vllm: false}", "barc={download: {revision: 1234}}",
                      targets=("results/evaluate/report/runs.md", "results/barc_download/data.jsonl"))
-    assert stage_config(result, " inference --tasks results/arc_tasks")["n_predictions"] == 16
+    assert stage_config(result, " inference --tasks results/evaluate/baseline/")["n_predictions"] == 16
     training = stage_config(result, " train --dataset")
     assert training["learning_rate"] == 0.001 and training["use_vllm"] is False
     assert stage_config(result, " barc-download ")["revision"] == "1234"  # a string field stays a string
