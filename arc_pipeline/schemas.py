@@ -122,8 +122,9 @@ TASK_METRIC_COLUMNS: tuple[str, ...] = (
     "solved",
 )
 
-# One row per task, then a last row with task_id "MEAN" averaging every column over the tasks
-# (so n_preds is a float).
+# One row per task and nothing else (n_preds is a float, as in the means). The MEAN over the tasks is
+# not stored as a row: the stage's markdown table shows it as its last row, and the evaluation's
+# runs.parquet (RUNS_SCHEMA) holds each run's MEAN.
 METRICS_SCHEMA = pa.schema(
     [pa.field("task_id", pa.string(), nullable=False)]
     + [pa.field(name, pa.float64(), nullable=name.startswith("test") or name in ("is_correct", "solved"))

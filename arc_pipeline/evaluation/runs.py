@@ -119,7 +119,7 @@ def build_runs(
 
 
 def run_task_metrics(runs: list[Run], test_known: Mapping[str, bool]) -> dict[str, pl.DataFrame]:
-    """Per run its per-task metric table (with the MEAN row)."""
+    """Per run its per-task metric table (tasks only)."""
     return {run.name: task_metrics(run.executions, test_known) for run in runs}
 
 

@@ -1,6 +1,7 @@
 """Metric tables from executions (docs/scoring.md), with polars, and their markdown.
 
-* :func:`task_metrics`: one row per task plus a last ``MEAN`` row (``METRICS_SCHEMA``).
+* :func:`task_metrics`: one row per task (``METRICS_SCHEMA``); :func:`task_means` their MEAN, which
+  :func:`with_mean_row` appends for display (the markdown tables), never to the per-task parquet.
 * :func:`error_table` / :func:`common_errors`: the share of each error type per task, and the most
   common errors overall. Error table columns come only from the closed ERROR_TYPE_COLUMNS (other
   names count as "other"); the raw name a program chose is only ever a cell value.
@@ -51,7 +52,8 @@ def known_test_frame(executions: pl.DataFrame, test_known: Mapping[str, bool] | 
     return executions.group_by("task_id").agg((scored_on_test | (~valid).all()).alias("_test_known"))
 
 
-def _with_mean_row(table: pl.DataFrame, label_column: str = "task_id") -> pl.DataFrame:
+def with_mean_row(table: pl.DataFrame, label_column: str = "task_id") -> pl.DataFrame:
+    """``table`` with a last ``MEAN`` row averaging every other column over its rows (nulls left out)."""
     if table.height == 0:  # no tasks (e.g. a refinement run with no prompt): no mean to state
         return table
     means = table.select(pl.lit(MEAN_LABEL).alias(label_column),
@@ -60,7 +62,8 @@ def _with_mean_row(table: pl.DataFrame, label_column: str = "task_id") -> pl.Dat
 
 
 def task_metrics(executions: pl.DataFrame, test_known: Mapping[str, bool] | None = None) -> pl.DataFrame:
-    """Per-task metrics (columns ``task_id`` + TASK_METRIC_COLUMNS) and a last ``MEAN`` row.
+    """Per-task metrics (columns ``task_id`` + TASK_METRIC_COLUMNS), one row per task and nothing else:
+    a MEAN row is no task (:func:`task_means` / :func:`with_mean_row` give it).
 
     ``test_known`` maps a task id to whether its test solutions are known; unknown tasks get null
     test columns, ``is_correct`` and ``solved``.
@@ -96,11 +99,20 @@ def task_metrics(executions: pl.DataFrame, test_known: Mapping[str, bool] | None
         pl.col("_solved").max().alias("solved"),
     ).with_columns((pl.col("train_is_correct") * pl.col("test_is_correct")).alias("is_correct"))
     table = table.select("task_id", *TASK_METRIC_COLUMNS).with_columns(pl.exclude("task_id").cast(pl.Float64))
-    return _with_mean_row(table)
+    return table
+
+
+def task_means(metrics: pl.DataFrame) -> dict[str, Any]:
+    """The MEAN over the tasks of a :func:`task_metrics` table, as a dict (without task_id)."""
+    if metrics.height == 0:
+        raise ValueError("metrics table has no task: no mean to state")
+    if MEAN_LABEL in metrics["task_id"].to_list():
+        raise ValueError(f"metrics table has a {MEAN_LABEL} row among its tasks (written by an older version?)")
+    return with_mean_row(metrics).drop("task_id").row(-1, named=True)
 
 
 def mean_row(metrics: pl.DataFrame) -> dict[str, Any]:
-    """The ``MEAN`` row of a :func:`task_metrics` table as a dict (without task_id)."""
+    """The ``MEAN`` row of a table that carries one (:func:`error_table`) as a dict (without task_id)."""
     row = metrics.filter(pl.col("task_id") == MEAN_LABEL)
     if row.height != 1:
         raise ValueError(f"metrics table has {row.height} {MEAN_LABEL} rows, expected 1")
@@ -143,7 +155,7 @@ def error_table(executions: pl.DataFrame, always: Sequence[str] = ALWAYS_ERROR_T
         pl.len().cast(pl.Float64).alias("n_preds"),
         *[(classes == name).fill_null(False).cast(pl.Float64).mean().alias(name) for name in types],
     )
-    return _with_mean_row(table)
+    return with_mean_row(table)
 
 
 def _message_summary() -> pl.Expr:
@@ -173,7 +185,7 @@ def common_errors(executions: pl.DataFrame, top: int = 20) -> pl.DataFrame:
 def summary_row(metrics: pl.DataFrame, labels: Mapping[str, Any], include_n_preds: bool = False,
                 include_solved: bool = True) -> pl.DataFrame:
     """One run as one row: the ``labels`` columns (e.g. initial, refinement, model), then its MEAN metrics."""
-    means = mean_row(metrics)
+    means = task_means(metrics)
     columns = [name for name in TASK_METRIC_COLUMNS
                if (include_n_preds or name != "n_preds") and (include_solved or name != "solved")]
     return pl.DataFrame([{**labels, **{name: means[name] for name in columns}}])

@@ -52,7 +52,7 @@ from arc_pipeline.schemas import (
 )
 from arc_pipeline.scoring.submission import read_submission, validate_submission, write_submission
 from arc_pipeline.scoring.legend import METRICS_LEGEND, with_legend
-from arc_pipeline.scoring.tables import MEAN_LABEL, common_errors, to_markdown
+from arc_pipeline.scoring.tables import common_errors, to_markdown
 
 log = logging.getLogger(__name__)
 
@@ -187,8 +187,8 @@ def evaluate(args: argparse.Namespace, config: EvaluateConfig) -> dict[str, Path
             "MEAN over tasks; solved = one prediction right on train and test; dropped prompts = refinement "
             f"prompts too long for the refinement context, never sampled. {METRICS_LEGEND}")
     write_text(page("Evaluation runs", [("", note, runs_md)]), out / "runs.html")
-    # tasks only: the MEAN row of each run's table is no task (runs.parquet holds the means)
-    per_task = pl.concat([frame.filter(pl.col("task_id") != MEAN_LABEL).select(pl.lit(name).alias("run"), pl.all())
+    # tasks only (task_metrics has no MEAN row; runs.parquet holds the means)
+    per_task = pl.concat([frame.select(pl.lit(name).alias("run"), pl.all())
                           for name, frame in metrics.items()], how="vertical")
     write_table(per_task, out / "tasks.parquet", RUN_TASK_METRICS_SCHEMA)
     tasks_md = to_markdown(solved_by_run(per_task))

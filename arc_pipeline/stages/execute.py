@@ -1,8 +1,9 @@
 """Stage ``execute``: run every predicted program in the sandbox, score it, and tabulate the run.
 
 Writes the executions parquet (``EXECUTIONS_SCHEMA``; chunked and resumable, see
-:mod:`arc_pipeline.scoring.resumable`), the per-task metric table (``METRICS_SCHEMA``, with a last
-``MEAN`` row) and the per-task error table, each as parquet and markdown (docs/scoring.md).
+:mod:`arc_pipeline.scoring.resumable`), the per-task metric table (``METRICS_SCHEMA``: tasks only; the
+markdown adds their ``MEAN`` as its last row) and the per-task error table, each as parquet and markdown
+(docs/scoring.md).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from arc_pipeline.domain.tasks import Task
 from arc_pipeline.io import InputFileError, read_frame, write_table, write_text
 from arc_pipeline.scoring.legend import with_legend
 from arc_pipeline.sandbox import SandboxConfig
+from arc_pipeline.scoring.rules import max_output_side
 from arc_pipeline.schemas import METRICS_SCHEMA, PREDICTIONS_SCHEMA, errors_schema
 from arc_pipeline.scoring.execution import NEEDED_COLUMNS, check_predictions
 from arc_pipeline.task_files import read_tasks_by_id
@@ -32,9 +34,10 @@ from arc_pipeline.scoring.tables import (
     common_errors,
     error_table,
     errors_markdown,
-    mean_row,
+    task_means,
     task_metrics,
     to_markdown,
+    with_mean_row,
 )
 
 log = logging.getLogger(__name__)
@@ -88,7 +91,8 @@ def run(args: argparse.Namespace) -> None:
     config = parse_config(args, ExecuteConfig)
     started = time.monotonic()
     predictions, tasks = _read_inputs(args)
-    sandbox_config = SandboxConfig(workers=config.workers, timeout_s=config.timeout_s, memory_mb=config.memory_mb)
+    sandbox_config = SandboxConfig(workers=config.workers, timeout_s=config.timeout_s, memory_mb=config.memory_mb,
+                                   max_output_side=max_output_side(config.rules))
     log.info("executing %d predictions of %d tasks with %d workers (timeout %.1f s, memory %d MiB, %s rules)",
              predictions.height, predictions["task_id"].n_unique(), config.workers, config.timeout_s,
              config.memory_mb, config.rules)
@@ -105,12 +109,12 @@ def run(args: argparse.Namespace) -> None:
     test_known = {task_id: all(grid is not None for grid in tasks[task_id].test_outputs) for task_id in task_ids}
     metrics = task_metrics(executions, test_known)
     write_table(metrics, args.metrics, METRICS_SCHEMA)
-    write_text(with_legend(to_markdown(metrics)), args.metrics_md)
+    write_text(with_legend(to_markdown(with_mean_row(metrics))), args.metrics_md)
     errors = error_table(executions)
     write_table(errors, args.errors, errors_schema(errors.columns[2:]))
     write_text(errors_markdown(errors, common_errors(executions)), args.errors_md)
 
-    means = mean_row(metrics) if metrics.height > 1 else {}
+    means = task_means(metrics) if metrics.height else {}
 
     def pct(name: str) -> str:
         value = means.get(name)

@@ -9,11 +9,12 @@ from arc_pipeline.scoring.tables import (
     common_errors,
     error_table,
     errors_markdown,
-    mean_row,
     runs_table,
     summary_row,
+    task_means,
     task_metrics,
     to_markdown,
+    with_mean_row,
 )
 from scoring_fixtures import TEST_KNOWN, fixture_executions
 
@@ -34,11 +35,11 @@ def _mean(values):
 def test_task_metrics_match_hand_computed(test_known, tmp_path):
     table = task_metrics(fixture_executions(), test_known)
     assert table.columns == ["task_id", *TASK_METRIC_COLUMNS]
-    assert table["task_id"].to_list() == ["A", "B", "C", "MEAN"]
+    assert table["task_id"].to_list() == ["A", "B", "C"]  # tasks only: the MEAN is no task
     for task_id, expected in EXPECTED.items():
         got = table.filter(pl.col("task_id") == task_id).row(0)[1:]
         assert got == pytest.approx(expected), task_id
-    means = mean_row(table)
+    means = task_means(table)
     for index, name in enumerate(TASK_METRIC_COLUMNS):
         assert means[name] == pytest.approx(_mean([e[index] for e in EXPECTED.values()])), name
     assert means["solved"] == 0.5 and means["is_correct"] == 1.0
@@ -46,7 +47,7 @@ def test_task_metrics_match_hand_computed(test_known, tmp_path):
 
 
 def test_markdown_formatting():
-    text = to_markdown(task_metrics(fixture_executions(), TEST_KNOWN))
+    text = to_markdown(with_mean_row(task_metrics(fixture_executions(), TEST_KNOWN)))
     lines = text.splitlines()
     assert lines[0] == "| task_id | " + " | ".join(TASK_METRIC_COLUMNS) + " |"
     assert lines[1] == "|" + "---|" * (len(TASK_METRIC_COLUMNS) + 1)
@@ -103,3 +104,11 @@ def test_runs_table_like_the_published_one():
     assert lines[2].startswith("| 128 | 0 | base | 93.3% | 70.0% | 63.3% |")
     assert lines[3].startswith("| 64 | 64 | RL-refiner | 93.3% |")
     assert "solved" in summary_row(metrics, {"model": "x"}).columns
+
+
+def test_task_means_refuse_a_table_with_a_mean_row_or_no_task():
+    table = task_metrics(fixture_executions(), TEST_KNOWN)
+    with pytest.raises(ValueError, match="MEAN row among its tasks"):
+        task_means(with_mean_row(table))  # a MEAN row averaged again would be counted as a task
+    with pytest.raises(ValueError, match="no task"):
+        task_means(table.clear())
