@@ -6,8 +6,10 @@ rule execute:
     output:
         executions=result("execute/barc/part{part}.parquet"),
         metrics=result("execute/barc/part{part}.metrics.parquet"),
-        metrics_md=report(result("execute/barc/part{part}.metrics.md"), category="BARC inference",
-                          caption="../workflow/report/barc_metrics.rst"),
+        metrics_md=result("execute/barc/part{part}.metrics.md"),
+        # the report shows HTML inline (markdown only as a download)
+        metrics_html=report(result("execute/barc/part{part}.metrics.html"), category="BARC inference",
+                            caption="../workflow/report/barc_metrics.rst"),
         errors=result("execute/barc/part{part}.errors.parquet"),
         errors_md=result("execute/barc/part{part}.errors.md"),
     params:
@@ -18,4 +20,5 @@ rule execute:
     shell:
         "arc-pipeline --log-file {log} execute --predictions {input.predictions} --tasks {input.tasks}"
         " --executions {output.executions} --metrics {output.metrics} --metrics-md {output.metrics_md}"
+        " --metrics-html {output.metrics_html} --title 'BARC part {wildcards.part}: first-turn predictions'"
         " --errors {output.errors} --errors-md {output.errors_md} --config-json {params.cfg}"

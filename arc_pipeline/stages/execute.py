@@ -22,7 +22,8 @@ from pydantic import BaseModel, Field, NonNegativeInt, PositiveFloat, PositiveIn
 from arc_pipeline.config_args import add_config_argument, parse_config
 from arc_pipeline.domain.tasks import Task
 from arc_pipeline.io import InputFileError, read_frame, write_table, write_text
-from arc_pipeline.scoring.legend import with_legend
+from arc_pipeline.evaluation.html import page
+from arc_pipeline.scoring.legend import METRICS_LEGEND, with_legend
 from arc_pipeline.sandbox import SandboxConfig
 from arc_pipeline.scoring.rules import max_output_side
 from arc_pipeline.schemas import METRICS_SCHEMA, PREDICTIONS_SCHEMA, errors_schema
@@ -69,6 +70,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--executions", type=Path, required=True, help="output: executions parquet")
     parser.add_argument("--metrics", type=Path, required=True, help="output: per-task metrics parquet")
     parser.add_argument("--metrics-md", type=Path, required=True, help="output: per-task metrics markdown")
+    parser.add_argument("--metrics-html", type=Path,
+                        help="output (optional): the per-task metrics markdown as an HTML page, which "
+                             "`snakemake --report` shows inline (markdown is only a download there)")
+    parser.add_argument("--title", default="Per-task metrics", help="title of the --metrics-html page")
     parser.add_argument("--errors", type=Path, required=True, help="output: per-task error shares parquet")
     parser.add_argument("--errors-md", type=Path, required=True, help="output: error tables markdown")
     add_config_argument(parser)
@@ -109,7 +114,12 @@ def run(args: argparse.Namespace) -> None:
     test_known = {task_id: all(grid is not None for grid in tasks[task_id].test_outputs) for task_id in task_ids}
     metrics = task_metrics(executions, test_known)
     write_table(metrics, args.metrics, METRICS_SCHEMA)
-    write_text(with_legend(to_markdown(with_mean_row(metrics))), args.metrics_md)
+    metrics_md = to_markdown(with_mean_row(metrics))
+    write_text(with_legend(metrics_md), args.metrics_md)
+    if args.metrics_html is not None:
+        note = (f"{metrics.height} tasks, {executions.height} predictions; one row per task, then their MEAN. "
+                + METRICS_LEGEND)
+        write_text(page(args.title, [("", note, metrics_md)]), args.metrics_html)
     errors = error_table(executions)
     write_table(errors, args.errors, errors_schema(errors.columns[2:]))
     write_text(errors_markdown(errors, common_errors(executions)), args.errors_md)

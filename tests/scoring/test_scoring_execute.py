@@ -141,7 +141,8 @@ def stage_args(tmp_path, **config) -> list[str]:
     return ["execute", "--predictions", str(tmp_path / "predictions.parquet"),
             "--tasks", str(tmp_path / "tasks.parquet"),
             "--executions", str(out / "executions.parquet"), "--metrics", str(out / "metrics.parquet"),
-            "--metrics-md", str(out / "metrics.md"), "--errors", str(out / "errors.parquet"),
+            "--metrics-md", str(out / "metrics.md"), "--metrics-html", str(out / "metrics.html"),
+            "--title", "Part 7 metrics", "--errors", str(out / "errors.parquet"),
             "--errors-md", str(out / "errors.md"), "--config-json", json.dumps(config)]
 
 
@@ -168,6 +169,10 @@ def test_execute_stage(tmp_path, capsys, scoring_workers):
     md = (out / "metrics.md").read_text()
     assert "| task1 | 6 | 83.3% | 66.7% | 33.3% |" in md
     assert "| MEAN | 6 | 83.3% | 66.7% | 33.3% |" in md  # the mean is shown in the markdown table
+    page = (out / "metrics.html").read_text()  # the report's inline view of the same table
+    assert "<title>Part 7 metrics</title>" in page and "1 tasks, 6 predictions" in page
+    assert '<td>task1</td><td class="num">6</td><td class="num">83.3%</td>' in page
+    assert '<td>MEAN</td><td class="num">6</td>' in page and "valid code = a code block was present" in page
 
     errors = read_frame(out / "errors.parquet")
     assert errors.columns == ["task_id", "n_preds", "TimeoutException", "NonDeterministicCode", "UnsafeCode",
