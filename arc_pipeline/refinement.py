@@ -22,6 +22,7 @@ from arc_pipeline.domain.augmentation import Augmentation
 from arc_pipeline.domain.grids import as_grid, grids_to_lists
 from arc_pipeline.domain.prompts import refinement_messages, render_refinement
 from arc_pipeline.domain.tasks import Task
+from arc_pipeline.sandbox.types import MAX_OUTPUT_SIDE_LIMIT
 
 log = logging.getLogger(__name__)
 
@@ -109,7 +110,8 @@ def refinement_example(task: Task, row: Mapping[str, Any], tokenizer: Any) -> di
             f"task {task.task_id}: prediction {row['prediction_id']} has "
             f"{0 if stored_outputs is None else len(stored_outputs)} train outputs for {len(task.train)} train pairs"
         )
-    previous_outputs = [augmentation.apply(as_grid(grid)) for grid in stored_outputs]
+    # published rules store outputs up to 35 a side (arc_pipeline/scoring/rules.py)
+    previous_outputs = [augmentation.apply(as_grid(grid, max_side=MAX_OUTPUT_SIDE_LIMIT)) for grid in stored_outputs]
     test_index = int(row["test_index"])
     messages = refinement_messages(augmented, test_index, row["text"], previous_outputs)
     prompt = render_refinement(tokenizer, messages)

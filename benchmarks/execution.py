@@ -225,14 +225,14 @@ def breakdown(jobs, samples: int) -> None:
                 marks.append(time.perf_counter())
                 sys.addaudithook(audit.make_hook(iso.readable.files, iso.readable.listings, lambda d: os._exit(5)))
                 marks.append(time.perf_counter())
-                _, program, grids = protocol.decode_job(protocol.read_frame(job_read))
+                _, program, grids, max_side = protocol.decode_job(protocol.read_frame(job_read))
                 marks.append(time.perf_counter())
                 namespace: dict = {}
                 exec(prelude, namespace)
                 marks.append(time.perf_counter())
                 try:
                     exec(compile(prepare_code(program), "<program>", "exec"), namespace)
-                    outputs = [child._validated(namespace["transform"](g.copy()), i) for i, g in enumerate(grids)]
+                    outputs = [child._validated(namespace["transform"](g.copy()), i, max_side) for i, g in enumerate(grids)]
                     record = protocol.encode_outputs(outputs)
                 except BaseException as error:
                     record = protocol.encode_error(type(error).__name__, str(error)[:300])

@@ -60,9 +60,9 @@ class _InvalidOutput(Exception):
     """An output that is not a grid; raised by our own validation, never by the program."""
 
 
-def _validated(output: object, index: int) -> np.ndarray:
+def _validated(output: object, index: int, max_side: int) -> np.ndarray:
     try:
-        return as_grid(output)
+        return as_grid(output, max_side=max_side)
     except GridError as error:
         raise _InvalidOutput(f"output {index}: {error}") from None
     except MemoryError:
@@ -71,7 +71,7 @@ def _validated(output: object, index: int) -> np.ndarray:
         raise _InvalidOutput(f"output {index}: {_type_name(error)}: {_message(error)}") from None
 
 
-def _execute(code: str, inputs: list[np.ndarray]) -> bytes:
+def _execute(code: str, inputs: list[np.ndarray], max_side: int = protocol.MAX_SIDE) -> bytes:
     """Run the program on every input; the record to send back.
 
     Each output is validated (and copied) right after its call, so a program that returns and then
@@ -90,7 +90,7 @@ def _execute(code: str, inputs: list[np.ndarray]) -> bytes:
         if not callable(transform):
             return protocol.encode_error(MISSING_TRANSFORM, "the program defines no callable `transform`")
         for index, grid in enumerate(inputs):
-            grids.append(_validated(transform(grid.copy()), index))
+            grids.append(_validated(transform(grid.copy()), index, max_side))
     except MemoryError:
         return _MEMORY_RECORD
     except _InvalidOutput as problem:
@@ -103,7 +103,7 @@ def _execute(code: str, inputs: list[np.ndarray]) -> bytes:
     return protocol.encode_outputs(grids)
 
 
-def _read_job(job_fd: int) -> tuple[int, str, list[np.ndarray]]:
+def _read_job(job_fd: int) -> tuple[int, str, list[np.ndarray], int]:
     body = protocol.read_frame(job_fd)
     if body is None:
         raise EOFError("the job pipe closed before a whole job arrived")
@@ -138,8 +138,8 @@ def run(job_fd: int, record_fd: int, ready_fd: int, devnull_fd: int, zygote_pid:
         _write_all(ready_fd, READY)
         os.close(ready_fd)  # the program never gets a channel into the worker
         try:
-            _, code, inputs = _read_job(job_fd)
-            record = _execute(code, inputs)
+            _, code, inputs, max_side = _read_job(job_fd)
+            record = _execute(code, inputs, max_side)
         except MemoryError:
             record = _MEMORY_RECORD
         _write_all(record_fd, record)

@@ -10,7 +10,8 @@ Layouts (little-endian):
   attached, the read end of the job pipe and the write end of the record pipe.
 - status (worker -> pipeline, one message): ``u32 job_id, u8 status, i32 detail, f64 duration_s``.
 - job (pipeline -> program process, one frame on the job pipe):
-  ``u32 job_id, u32 code_len, u16 n_inputs, code, n x (u16 rows, u16 cols, cells)``
+  ``u32 job_id, u32 code_len, u16 n_inputs, u8 max_side, code, n x (u16 rows, u16 cols, cells)``;
+  ``max_side`` (at most MAX_OUTPUT_SIDE_LIMIT) is the largest output side the process accepts
 - record (program process -> pipeline, the whole record pipe): ``b"O", u16 n, n x (u8 rows, u8 cols,
   cells)`` for outputs, ``b"E", u8 len, type name, u16 len, utf-8 message`` for an error, or, when
   isolation could not be set up (no program code ran), ``b"F"`` and a utf-8 reason.
@@ -25,8 +26,9 @@ import struct
 
 import numpy as np
 
-from arc_pipeline.sandbox.types import MAX_MESSAGE_CHARS
+from arc_pipeline.sandbox.types import MAX_MESSAGE_CHARS, MAX_OUTPUT_SIDE_LIMIT
 
+#: Default largest output side (ARC's); a job may ask for up to MAX_OUTPUT_SIDE_LIMIT.
 MAX_SIDE = 30
 MAX_FRAME = 64 * 1024 * 1024
 _TYPE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
@@ -41,7 +43,7 @@ SETUP_FAILED = 4  # the record pipe holds b"F" and the reason, if the process go
 #: First byte of the record when isolation setup failed.
 SETUP_FAILED_RECORD = b"F"
 
-_JOB_HEAD = struct.Struct("<IIH")
+_JOB_HEAD = struct.Struct("<IIHB")
 _REPLY_HEAD = struct.Struct("<IBid")
 CONTROL = struct.Struct("<I")
 _LEN = struct.Struct("<I")
@@ -51,9 +53,15 @@ class ProtocolError(ValueError):
     """Bytes that do not follow the layout; the message says what is wrong."""
 
 
-def encode_job(job_id: int, code: str, inputs: list[np.ndarray]) -> bytes:
+def _check_side(max_side: int) -> int:
+    if not 1 <= max_side <= MAX_OUTPUT_SIDE_LIMIT:
+        raise ValueError(f"max_side must be in 1..{MAX_OUTPUT_SIDE_LIMIT}, got {max_side}")
+    return max_side
+
+
+def encode_job(job_id: int, code: str, inputs: list[np.ndarray], max_side: int = MAX_SIDE) -> bytes:
     code_bytes = code.encode("utf-8", errors="surrogatepass")
-    parts = [_JOB_HEAD.pack(job_id, len(code_bytes), len(inputs)), code_bytes]
+    parts = [_JOB_HEAD.pack(job_id, len(code_bytes), len(inputs), _check_side(max_side)), code_bytes]
     for index, grid in enumerate(inputs):
         array = np.asarray(grid)
         if array.ndim != 2 or array.size == 0 or max(array.shape) > 0xFFFF:
@@ -65,9 +73,10 @@ def encode_job(job_id: int, code: str, inputs: list[np.ndarray]) -> bytes:
     return b"".join(parts)
 
 
-def decode_job(body: bytes) -> tuple[int, str, list[np.ndarray]]:
-    """Program process side (trusted sender): the job id, the code and the inputs as int64 arrays (like BARC)."""
-    job_id, code_len, n_inputs = _JOB_HEAD.unpack_from(body, 0)
+def decode_job(body: bytes) -> tuple[int, str, list[np.ndarray], int]:
+    """Program process side (trusted sender): the job id, the code, the inputs as int64 arrays (like BARC)
+    and the largest output side to accept."""
+    job_id, code_len, n_inputs, max_side = _JOB_HEAD.unpack_from(body, 0)
     offset = _JOB_HEAD.size
     code = body[offset : offset + code_len].decode("utf-8", errors="surrogatepass")
     offset += code_len
@@ -78,7 +87,7 @@ def decode_job(body: bytes) -> tuple[int, str, list[np.ndarray]]:
         cells = np.frombuffer(body, dtype=np.int8, count=rows * cols, offset=offset)
         offset += rows * cols
         inputs.append(cells.reshape(rows, cols).astype(np.int64))
-    return job_id, code, inputs
+    return job_id, code, inputs, max_side
 
 
 def encode_status(job_id: int, status: int, detail: int, duration_s: float) -> bytes:
@@ -91,13 +100,13 @@ def decode_status(body: bytes) -> tuple[int, int, int, float]:
     return _REPLY_HEAD.unpack(body)
 
 
-def max_record_size(n_inputs: int) -> int:
+def max_record_size(n_inputs: int, max_side: int = MAX_SIDE) -> int:
     error_record = max(1 + 1 + 64 + 2 + 4 * MAX_MESSAGE_CHARS, 1 + 500)
-    return max(error_record, 3 + n_inputs * (2 + MAX_SIDE * MAX_SIDE))
+    return max(error_record, 3 + n_inputs * (2 + _check_side(max_side) ** 2))
 
 
 def encode_outputs(grids: list[np.ndarray]) -> bytes:
-    """Child side: grids already validated as int8, at most 30 x 30."""
+    """Child side: grids already validated as int8, at most the job's max_side a side."""
     parts = [b"O", struct.pack("<H", len(grids))]
     for grid in grids:
         parts.append(struct.pack("<BB", *grid.shape))
@@ -111,8 +120,12 @@ def encode_error(type_name: str, message: str) -> bytes:
     return b"E" + struct.pack("<B", len(name)) + name + struct.pack("<H", len(text)) + text
 
 
-def decode_record(record: bytes, n_inputs: int) -> tuple[list[np.ndarray] | None, str | None, str | None]:
-    """Parent side, untrusted bytes: (outputs, None, None) or (None, error_type, message)."""
+def decode_record(record: bytes, n_inputs: int,
+                  max_side: int = MAX_SIDE) -> tuple[list[np.ndarray] | None, str | None, str | None]:
+    """Parent side, untrusted bytes: (outputs, None, None) or (None, error_type, message).
+
+    ``max_side`` is the job's: a grid larger than the job allowed is malformed."""
+    _check_side(max_side)
     if not record:
         raise ProtocolError("empty record")
     kind = record[:1]
@@ -128,7 +141,7 @@ def decode_record(record: bytes, n_inputs: int) -> tuple[list[np.ndarray] | None
                 raise ProtocolError("truncated grid header")
             rows, cols = record[offset], record[offset + 1]
             offset += 2
-            if not (1 <= rows <= MAX_SIDE and 1 <= cols <= MAX_SIDE):
+            if not (1 <= rows <= max_side and 1 <= cols <= max_side):
                 raise ProtocolError(f"grid shape {rows} x {cols} out of range")
             if offset + rows * cols > len(record):
                 raise ProtocolError("truncated grid cells")

@@ -65,7 +65,7 @@ def _signal_name(number: int) -> str:
 
 
 def _result_from_reply(status: int, detail: int, duration: float, record: bytes, n_inputs: int,
-                       timeout_s: float) -> ProgramResult:
+                       timeout_s: float, max_side: int = protocol.MAX_SIDE) -> ProgramResult:
     def error(kind: str, message: str) -> ProgramResult:
         return ProgramResult(None, kind, message[:MAX_MESSAGE_CHARS], duration)
 
@@ -90,7 +90,7 @@ def _result_from_reply(status: int, detail: int, duration: float, record: bytes,
         if not record:
             return error(WORKER_CRASHED, f"program process exited with code {detail} without a result")
         try:
-            outputs, kind, message = protocol.decode_record(record, n_inputs)
+            outputs, kind, message = protocol.decode_record(record, n_inputs, max_side)
         except protocol.ProtocolError as problem:
             return error(INVALID_OUTPUT, f"malformed result from the program's process: {problem}")
         if kind is None:
@@ -178,7 +178,7 @@ class _Worker:
 
     def run(self, code: str, inputs: list[np.ndarray]) -> ProgramResult:
         job_id = next(self.job_ids) & 0xFFFFFFFF
-        body = protocol.encode_job(job_id, code, inputs)
+        body = protocol.encode_job(job_id, code, inputs, self.config.max_output_side)
         if not self.alive():
             self.restart()
         started = time.monotonic()
@@ -189,7 +189,8 @@ class _Worker:
             pass
         if outcome is not None:
             status, detail, duration, record = outcome
-            return _result_from_reply(status, detail, duration, record, len(inputs), self.config.timeout_s)
+            return _result_from_reply(status, detail, duration, record, len(inputs), self.config.timeout_s,
+                                      self.config.max_output_side)
         # the worker died, wedged or answered nonsense: replace it, record the loss, go on
         self.stop()
         elapsed = time.monotonic() - started
@@ -223,7 +224,7 @@ class _Worker:
 
     def _collect(self, job_id: int, record_fd: int, n_inputs: int,
                  deadline: float) -> tuple[int, int, float, bytes] | None:
-        limit = protocol.max_record_size(n_inputs)
+        limit = protocol.max_record_size(n_inputs, self.config.max_output_side)
         buffer = bytearray()
         status_message = None
         reading = True

@@ -17,6 +17,9 @@ PARSING_CODE_FAILED = "ParsingCodeFailed"  # produced by callers when extract_co
 
 #: Error messages are cut to this many characters.
 MAX_MESSAGE_CHARS = 300
+#: Largest output side a SandboxConfig may allow: 35, the researchers' limit (``published`` rules). It
+#: bounds the record a program process may write (protocol.max_record_size).
+MAX_OUTPUT_SIDE_LIMIT = 35
 
 
 @dataclass(frozen=True)
@@ -26,11 +29,14 @@ class SandboxConfig:
     workers: worker processes running programs in parallel (each forks one child per program).
     timeout_s: wall-clock limit for one program over all its inputs together.
     memory_mb: address-space limit of the process running one program, in MiB.
+    max_output_side: largest side of an output grid; a larger output is ``InvalidOutput``. 30 (ARC's
+        limit) for the strict rules, 35 for the published ones (``scoring.rules.max_output_side``).
     """
 
     workers: int = 2
     timeout_s: float = 1.0
     memory_mb: int = 2048
+    max_output_side: int = 30
 
     def __post_init__(self) -> None:
         if self.workers < 1:
@@ -39,6 +45,9 @@ class SandboxConfig:
             raise ValueError(f"SandboxConfig.timeout_s must be > 0, got {self.timeout_s}")
         if self.memory_mb < 256:
             raise ValueError(f"SandboxConfig.memory_mb must be >= 256, got {self.memory_mb}")
+        if not 1 <= self.max_output_side <= MAX_OUTPUT_SIDE_LIMIT:
+            raise ValueError(f"SandboxConfig.max_output_side must be in 1..{MAX_OUTPUT_SIDE_LIMIT}, "
+                             f"got {self.max_output_side}")
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from arc_pipeline.domain.grids import Grid, GridError, as_grid, grids_to_lists
 from arc_pipeline.domain.tasks import Task
 from arc_pipeline.sandbox import ProgramResult, Sandbox
 from arc_pipeline.sandbox.program import extract_code
-from arc_pipeline.sandbox.types import INVALID_OUTPUT, PARSING_CODE_FAILED
+from arc_pipeline.sandbox.types import INVALID_OUTPUT, MAX_OUTPUT_SIDE_LIMIT, PARSING_CODE_FAILED
 from arc_pipeline.schemas import EXECUTIONS_SCHEMA
 from arc_pipeline.scoring.fingerprint import fingerprint
 from arc_pipeline.scoring.rules import apply_rules
@@ -62,8 +62,10 @@ def _failed_row(base: dict[str, Any], has_code: bool, error_type: str, message: 
 
 
 def _undo_outputs(outputs: Sequence[Any], augmentation: Augmentation) -> list[Grid]:
-    """Validate (the sandbox should have) and un-augment every output grid; GridError if one is bad."""
-    return [augmentation.undo(as_grid(output)) for output in outputs]
+    """Validate (the sandbox should have) and un-augment every output grid; GridError if one is bad.
+
+    The side limit is the sandbox's largest: the sandbox already applied the run's rules (30 or 35)."""
+    return [augmentation.undo(as_grid(output, max_side=MAX_OUTPUT_SIDE_LIMIT)) for output in outputs]
 
 
 def execution_row(base: dict[str, Any], task: Task, augmentation: Augmentation,

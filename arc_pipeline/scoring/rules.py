@@ -17,8 +17,8 @@ Rules 1 and 4 are text checks made here, before anything is submitted to the san
 are applied by an epilogue appended to the program (:func:`published_program`) that wraps its
 ``transform``: every output is cast and checked like the researchers' validation, which ran after all
 inputs, so the first invalid output raises ``ValueError`` only after the last call, as theirs did.
-The sandbox itself still carries at most 30 x 30 grids back (its transport limit), so an output of 31 to
-35 cells a side is reported ``InvalidOutput`` instead of being scored (docs/reproduction.md).
+For rule 2 the sandbox must also carry such grids back: run the rules' programs in a sandbox whose
+``SandboxConfig.max_output_side`` is :func:`max_output_side` (30 strict, 35 published).
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from arc_pipeline.domain.grids import MAX_GRID_SIDE
 from arc_pipeline.sandbox.program import prepare_code
 from arc_pipeline.sandbox.types import NON_DETERMINISTIC, PARSING_CODE_FAILED, UNSAFE
 
@@ -54,6 +55,11 @@ def check_rules(rules: str) -> str:
     if rules not in RULES:
         raise ValueError(f"execution rules must be one of {list(RULES)}, got {rules!r}")
     return rules
+
+
+def max_output_side(rules: str) -> int:
+    """The ``SandboxConfig.max_output_side`` the rules need: 30 (ARC's limit) or 35 (the researchers')."""
+    return PUBLISHED_MAX_SIDE if check_rules(rules) == "published" else MAX_GRID_SIDE
 
 
 def published_violation(code: str) -> tuple[str, str] | None:

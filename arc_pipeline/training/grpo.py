@@ -415,6 +415,7 @@ def train(
     from trl import GRPOTrainer
 
     from arc_pipeline.sandbox import Sandbox, SandboxConfig
+    from arc_pipeline.scoring.rules import max_output_side
     from arc_pipeline.training.callbacks import CollapseGuard, best_checkpoint
     from arc_pipeline.training.rewards import ArcReward, soft_overlong_penalty
 
@@ -428,7 +429,8 @@ def train(
     dataset, dataset_counts = load_refinement_dataset(dataset_path, tokenizer, config)
     guard = CollapseGuard(config.collapse_guard)
     sandbox_config = SandboxConfig(
-        workers=config.execution_workers, timeout_s=config.execution_timeout_s, memory_mb=config.execution_memory_mb
+        workers=config.execution_workers, timeout_s=config.execution_timeout_s, memory_mb=config.execution_memory_mb,
+        max_output_side=max_output_side(config.execution_rules),
     )
     with Sandbox(sandbox_config) as sandbox:
         arc_reward: Callable[..., list[float]] = ArcReward(
@@ -438,7 +440,7 @@ def train(
         if config.online_multi_turn:
             from arc_pipeline.training.online import FinalTurnReward, OnlineRollout
 
-            rollout = OnlineRollout(sandbox, stop_token_ids(model, tokenizer))
+            rollout = OnlineRollout(sandbox, stop_token_ids(model, tokenizer), config.execution_rules)
             arc_reward = FinalTurnReward(arc_reward)
         rewards: list[tuple[Callable[..., list[float]], float]] = [(arc_reward, 1.0)]
         if config.soft_overlong_cache:

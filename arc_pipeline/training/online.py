@@ -5,7 +5,8 @@ whole episode for each dataset row, with the policy being trained:
 
 1. the first-turn prompt (docs/prompts.md, train pairs unshuffled) is rendered from the
    row's augmented task, and the first answer is sampled;
-2. its program runs on the train inputs in the shared sandbox;
+2. its program runs on the train inputs in the shared sandbox, under the same execution rules as the
+   reward (``training.execution_rules``, arc_pipeline/scoring/rules.py);
 3. the feedback user turn is built exactly as the refinement template does (docs/prompts.md);
 4. the second answer is sampled after ``first prompt + first answer + feedback``.
 
@@ -44,6 +45,7 @@ from arc_pipeline.domain.prompts import (
 )
 from arc_pipeline.domain.tasks import Task
 from arc_pipeline.sandbox.program import extract_code
+from arc_pipeline.scoring.rules import apply_rules, check_rules
 
 log = logging.getLogger(__name__)
 
@@ -103,12 +105,14 @@ class OnlineRollout:
 
     ``prompts`` are the refinement dataset's prompts (one per completion); the row behind each is
     looked up in ``trainer.train_dataset`` by its prompt text (equal prompts mean the same
-    augmented task). ``sandbox`` runs the first answers (``run_many``).
+    augmented task). ``sandbox`` runs the first answers (``run_many``) under ``rules``, which must be
+    the reward's rules (and the sandbox configured for them: ``scoring.rules.max_output_side``).
     """
 
-    def __init__(self, sandbox: Any, stop_token_ids: Sequence[int]) -> None:
+    def __init__(self, sandbox: Any, stop_token_ids: Sequence[int], rules: str = "strict") -> None:
         self.sandbox = sandbox
         self.stop_token_ids = frozenset(int(i) for i in stop_token_ids)
+        self.rules = check_rules(rules)
         self._rows: dict[str, int] | None = None
 
     # ---- helpers
@@ -161,6 +165,23 @@ class OnlineRollout:
             return None
         return outputs
 
+    def first_turn_results(self, first_ids: Sequence[Sequence[int]], first_texts: Sequence[str],
+                           tasks: Sequence[Task]) -> dict[int, Any]:
+        """Sandbox results of the finished first answers whose program may run under the rules, by index.
+
+        A first answer the rules refuse (no code, or under ``published`` code they reject) gets no result,
+        so its episode ends after one turn, as it would score as an invalid answer.
+        """
+        jobs, job_rows = [], []
+        for index, (ids, text, task) in enumerate(zip(first_ids, first_texts, tasks, strict=True)):
+            finished = bool(ids) and ids[-1] in self.stop_token_ids
+            code = extract_code(text) if finished else None
+            program = apply_rules(code, len(task.train), self.rules)
+            if program.run is not None:
+                jobs.append((program.run, list(task.train_inputs)))
+                job_rows.append(index)
+        return dict(zip(job_rows, self.sandbox.run_many(jobs) if jobs else [], strict=True))
+
     # ---- the rollout
 
     def __call__(self, prompts: list[str], trainer: Any) -> dict[str, Any]:
@@ -180,15 +201,7 @@ class OnlineRollout:
         ]
         first_texts = tokenizer.batch_decode(first_ids, skip_special_tokens=True)
 
-        # run the finished first answers that contain a program
-        jobs, job_rows = [], []
-        for index, (episode, text, task) in enumerate(zip(episodes, first_texts, tasks, strict=True)):
-            finished = bool(episode.first_ids) and episode.first_ids[-1] in self.stop_token_ids
-            code = extract_code(text) if finished else None
-            if code is not None:
-                jobs.append((code, list(task.train_inputs)))
-                job_rows.append(index)
-        results = dict(zip(job_rows, self.sandbox.run_many(jobs) if jobs else [], strict=True))
+        results = self.first_turn_results([episode.first_ids for episode in episodes], first_texts, tasks)
 
         second_rows, second_prompts = [], []
         for index, (episode, text, task, row) in enumerate(zip(episodes, first_texts, tasks, rows, strict=True)):

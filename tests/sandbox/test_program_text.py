@@ -9,7 +9,16 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from arc_pipeline.sandbox import extract_code, prepare_code
-from arc_pipeline.sandbox.protocol import ProtocolError, decode_record, encode_error, encode_outputs
+from arc_pipeline.sandbox import SandboxConfig
+from arc_pipeline.sandbox.protocol import (
+    ProtocolError,
+    decode_job,
+    decode_record,
+    encode_error,
+    encode_job,
+    encode_outputs,
+    max_record_size,
+)
 
 
 def test_extract_code_takes_the_first_python_block():
@@ -33,6 +42,25 @@ def test_records_round_trip():
     outputs, kind, _ = decode_record(encode_outputs(grids), 2)
     assert kind is None and [g.tolist() for g in outputs] == [g.tolist() for g in grids]
     assert decode_record(encode_error("IndexError", "x" * 1000), 1)[1:] == ("IndexError", "x" * 300)
+
+
+def test_the_jobs_max_side_bounds_the_record():
+    # the published rules' 35 x 35 outputs: accepted only by a job that asked for them, never beyond 35
+    record = encode_outputs([np.ones((33, 35), dtype=np.int8)])
+    with pytest.raises(ProtocolError, match="33 x 35 out of range"):
+        decode_record(record, 1)
+    assert decode_record(record, 1, max_side=35)[0][0].shape == (33, 35)
+    assert max_record_size(2, 35) == 3 + 2 * (2 + 35 * 35) > max_record_size(2) == 3 + 2 * (2 + 30 * 30)
+    job = encode_job(7, "code", [np.zeros((2, 3), dtype=np.int64)], max_side=35)
+    assert decode_job(job)[0] == 7 and decode_job(job)[1:2] == ("code",) and decode_job(job)[3] == 35
+    assert decode_job(encode_job(7, "code", [np.zeros((1, 1))]))[3] == 30
+    for bad in (0, 36, 255):
+        with pytest.raises(ValueError, match="max_side"):
+            decode_record(record, 1, max_side=bad)
+        with pytest.raises(ValueError, match="max_side"):
+            encode_job(1, "code", [np.zeros((1, 1))], max_side=bad)
+        with pytest.raises(ValueError, match="max_output_side"):
+            SandboxConfig(max_output_side=bad)
 
 
 @pytest.mark.parametrize(

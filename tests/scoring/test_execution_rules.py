@@ -9,7 +9,7 @@ import pytest
 
 from arc_pipeline.domain.tasks import Pair, Task
 from arc_pipeline.scoring.execution import execute_predictions
-from arc_pipeline.scoring.rules import apply_rules, published_violation
+from arc_pipeline.scoring.rules import apply_rules, max_output_side, published_violation
 from arc_pipeline.training.rewards import ArcReward
 
 EOS = 7
@@ -41,7 +41,7 @@ SOLVES_WITH_BARE_EXCEPT = SOLVES.replace(
     "    return out", "    try:\n        pass\n    except:\n        pass\n    return out")
 SOLVES_AS_FLOAT = SOLVES.replace("    return out", "    return out.astype(float) + 0.25")
 BOOL_OUTPUT = "def transform(input_grid):\n    return input_grid > 0"
-OVERSIZE_31 = "import numpy as np\ndef transform(input_grid):\n    return np.zeros((31, 31), dtype=int)"
+OVERSIZE_33 = "import numpy as np\ndef transform(input_grid):\n    return np.ones((33, 33), dtype=int)"
 OVERSIZE_36 = "import numpy as np\ndef transform(input_grid):\n    return np.zeros((36, 36), dtype=int)"
 
 
@@ -72,6 +72,16 @@ def sandbox():
         yield box
 
 
+@pytest.fixture(scope="module")
+def published_sandbox():
+    """Configured as the stages configure it for the published rules: outputs up to 35 a side come back."""
+    from arc_pipeline.sandbox import Sandbox, SandboxConfig
+
+    with Sandbox(SandboxConfig(workers=1, timeout_s=5.0, memory_mb=2048,
+                               max_output_side=max_output_side("published"))) as box:
+        yield box
+
+
 def test_rule_random_is_non_deterministic_code(sandbox):
     strict = run([SOLVES_WITH_RANDOM], "strict", sandbox).row(0, named=True)
     published = run([SOLVES_WITH_RANDOM], "published", sandbox).row(0, named=True)
@@ -91,13 +101,20 @@ def test_rule_unsafe_strings_are_unsafe_code(sandbox, body):
     assert published_violation("print(time.time())\n" + SOLVES) is None
 
 
-def test_rule_outputs_up_to_35_pass_validation(sandbox):
-    # Under the published rules a 36 x 36 output fails the researchers' own check (ValueError); a 31 x 31
-    # one passes it and is then stopped by the sandbox's 30 x 30 transport limit (docs/reproduction.md).
-    frame = run([OVERSIZE_31, OVERSIZE_36], "published", sandbox)
-    assert frame["error_type"].to_list() == ["InvalidOutput", "ValueError"]
+def test_rule_outputs_up_to_35_pass_validation(sandbox, published_sandbox):
+    # Under the published rules a 33 x 33 output is a valid (wrong) answer, carried back by the sandbox
+    # and scored; a 36 x 36 one fails the researchers' own check (ValueError). Strict: both InvalidOutput.
+    assert (max_output_side("strict"), max_output_side("published")) == (30, 35)
+    frame = run([OVERSIZE_33, OVERSIZE_36], "published", published_sandbox)
+    assert frame["error_type"].to_list() == [None, "ValueError"]
     assert "too large" in frame["error_message"][1]
-    assert run([OVERSIZE_36], "strict", sandbox)["error_type"].to_list() == ["InvalidOutput"]
+    assert np.array(frame["train_outputs"][0].to_list()[0]).shape == (33, 33)
+    assert frame["test_is_correct"].to_list() == [False, None]
+    strict = run([OVERSIZE_33, OVERSIZE_36], "strict", sandbox)
+    assert strict["error_type"].to_list() == ["InvalidOutput", "InvalidOutput"]
+    assert "exceeds 30 x 30" in strict["error_message"][0]
+    # the rewards see the same outcomes: valid under published (not 0, the invalid-output reward), invalid strict
+    assert rewards([OVERSIZE_33], "published", published_sandbox)[0] > rewards([OVERSIZE_33], "strict", sandbox)[0] == 0.0
 
 
 def test_rule_float_and_bool_outputs_are_cast_to_int(sandbox):

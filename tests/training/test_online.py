@@ -161,3 +161,39 @@ def test_train_online_with_the_policy_first_turn(tiny_model, refinement_dataset,
     assert metric(metrics, "online/second_turn_share") == [0.0, 0.0]
     assert metric(metrics, "completions/max_length") == [4.0, 4.0]  # first answer only, 4 tokens
     assert (tmp_path / "adapter" / "adapter_model.safetensors").is_file()
+
+
+def test_first_turn_runs_under_the_rewards_execution_rules():
+    """The first answer's execution (which decides the feedback turn) follows ``execution_rules``, like the
+    reward: no trainer needed, the real sandbox configured as grpo.train configures it."""
+    import numpy as np
+
+    from arc_pipeline.domain.tasks import Pair, Task
+    from arc_pipeline.sandbox import Sandbox, SandboxConfig
+    from arc_pipeline.scoring.rules import max_output_side
+
+    grid = np.array([[1, 0], [0, 0]], dtype=np.int8)
+    task = Task("t", train=(Pair(grid, grid * 2), Pair(grid.T, grid.T * 2)), test=(Pair(grid, grid),), source="test")
+    bodies = [
+        "# a random comment\ndef transform(g):\n    return g",  # runs strict; NonDeterministicCode published
+        "import numpy as np\ndef transform(g):\n    return np.ones((33, 33), dtype=int)",  # valid published only
+        "def transform(g):\n    return g * 1.5",  # floats: invalid strict, cast (1.5 -> 1) published
+    ]
+    texts = [f"```python\n{body}\n```" for body in bodies]
+    stop = 7
+    ids = [[3, stop]] * len(texts)
+    outcome = {}
+    for rules in ("strict", "published"):
+        config = SandboxConfig(workers=1, timeout_s=2.0, memory_mb=1024, max_output_side=max_output_side(rules))
+        with Sandbox(config) as box:
+            rollout = OnlineRollout(box, [stop], rules)
+            results = rollout.first_turn_results(ids, texts, [task] * len(texts))
+            outcome[rules] = {index: (result.error_type, None if result.outputs is None else result.outputs[0].shape,
+                                      rollout._refinable_outputs(task, result) is not None)
+                              for index, result in results.items()}
+            assert rollout.first_turn_results([[3, 4]], texts[:1], [task]) == {}  # unfinished: not run
+    assert outcome["strict"] == {0: (None, (2, 2), True), 1: ("InvalidOutput", None, False),
+                                 2: ("InvalidOutput", None, False)}
+    assert outcome["published"] == {1: (None, (33, 33), True), 2: (None, (2, 2), True)}
+    with pytest.raises(ValueError, match="execution rules"):
+        OnlineRollout(None, [stop], "lenient")
