@@ -120,3 +120,16 @@ def test_bad_config_is_refused():
         SandboxConfig(workers=0)
     with pytest.raises(ValueError, match="timeout_s"):
         SandboxConfig(timeout_s=0)
+
+
+def test_max_output_side_is_the_configured_one():
+    """35 a side comes back only from a sandbox configured for it (the published rules); 36 never does."""
+    code = "def transform(g):\n    return np.full((g[0, 0], g[0, 0]), 3)"
+    sides = [np.array([[30]]), np.array([[33]]), np.array([[35]])]
+    with Sandbox(SandboxConfig(workers=1, timeout_s=2.0, memory_mb=512)) as box:
+        assert box.run(code, sides[:1]).outputs[0].shape == (30, 30)
+        result = box.run(code, sides[1:2])
+        assert result.error_type == "InvalidOutput" and "exceeds 30 x 30" in result.error_message
+    with Sandbox(SandboxConfig(workers=1, timeout_s=2.0, memory_mb=512, max_output_side=35)) as box:
+        assert [o.shape for o in box.run(code, sides).outputs] == [(30, 30), (33, 33), (35, 35)]
+        assert box.run(code, [np.array([[36]])]).error_type == "InvalidOutput"
