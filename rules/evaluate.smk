@@ -190,6 +190,7 @@ rule evaluate:
         passk=evaluation_report("passk.png", "passk.rst", "Figures"),
         passk_parquet=result("evaluate/report/passk.parquet"),
         training=evaluation_report("training.png", "training.rst", "Figures"),
+        examples=evaluation_report("examples.png", "examples.rst", "Figures"),
         **published_outputs(),
     params:
         cfg=config_slice("evaluation"),

@@ -3,6 +3,7 @@
 * :func:`plot_pass_at_k`: one curve per run, k on a log2 axis.
 * :func:`plot_training`: one panel per training metric that the run logged (reward, truncation, length, ...).
 * :func:`plot_errors`: the share of predictions per error type, grouped bars per run.
+* :func:`plot_examples`: per run a few solved tasks and near misses, expected beside predicted grids.
 
 Each takes plain polars frames and writes one file; a missing input gives a figure that says so,
 so the report never lacks a picture without a reason.
@@ -169,6 +170,79 @@ def plot_errors(errors: pl.DataFrame, path: Path) -> Path:
     ax.set_title(title)
     ax.grid(True, axis="x", alpha=0.3)
     ax.legend(fontsize=8)
+    fig.tight_layout()
+    try:
+        return _save(fig, path)
+    finally:
+        plt.close(fig)
+
+
+# ARC's usual colours for the values 0-9 (black background, then blue, red, green, yellow, grey,
+# magenta, orange, light blue, maroon), so that the pictures look like the puzzles people know.
+ARC_COLOURS = ("#000000", "#0074D9", "#FF4136", "#2ECC40", "#FFDC00",
+               "#AAAAAA", "#F012BE", "#FF851B", "#7FDBFF", "#870C25")
+
+
+def example_rows(executions: pl.DataFrame, test_known: dict[str, bool], per_kind: int = 2) -> pl.DataFrame:
+    """Up to ``per_kind`` solved tasks and ``per_kind`` near misses of one run, one prediction each.
+
+    Solved: a prediction right on train and test (the first such, tasks by id). Near miss: a task no
+    prediction solves, shown with its valid prediction of the highest test pixel score (above 0);
+    the closest tasks first. Columns: kind, task_id, test_pixel_score, test_outputs.
+    """
+    rows = executions.filter(pl.col("task_id").is_in([t for t, known in test_known.items() if known])
+                             & pl.col("error_type").is_null() & pl.col("test_outputs").is_not_null())
+    right = pl.col("train_is_correct").fill_null(False) & pl.col("test_is_correct").fill_null(False)
+    solved = (rows.filter(right).sort("task_id", "prediction_id").unique("task_id", keep="first", maintain_order=True)
+              .head(per_kind).with_columns(pl.lit("solved").alias("kind")))
+    solved_ids = rows.filter(right)["task_id"].unique().to_list()
+    near = (rows.filter(~pl.col("task_id").is_in(solved_ids) & (pl.col("test_pixel_score") > 0))
+            .sort(["test_pixel_score", "task_id", "prediction_id"], descending=[True, False, False])
+            .unique("task_id", keep="first", maintain_order=True)
+            .head(per_kind).with_columns(pl.lit("near miss").alias("kind")))
+    columns = ["kind", "task_id", "test_pixel_score", "test_outputs"]
+    return pl.concat([solved.select(columns), near.select(columns)], how="vertical")
+
+
+def _draw_grid(ax, grid, title: str) -> None:
+    import numpy as np
+    from matplotlib.colors import ListedColormap
+
+    values = np.asarray(grid, dtype=int)
+    ax.set_title(title, fontsize=9)
+    ax.set_xticks([])
+    ax.set_yticks([])
+    if values.ndim != 2 or values.size == 0:  # nothing to draw (a program may return an empty grid)
+        ax.text(0.5, 0.5, "(empty grid)", ha="center", va="center", transform=ax.transAxes)
+        return
+    ax.imshow(values, cmap=ListedColormap(ARC_COLOURS), vmin=0, vmax=9, interpolation="nearest")
+    ax.set_xticks([x - 0.5 for x in range(1, values.shape[1])], minor=True)
+    ax.set_yticks([y - 0.5 for y in range(1, values.shape[0])], minor=True)
+    ax.grid(which="minor", color="#555555", linewidth=0.5)
+    ax.tick_params(which="both", length=0, labelbottom=False, labelleft=False)
+
+
+def plot_examples(runs: list[tuple[str, pl.DataFrame]], tasks: dict, test_known: dict[str, bool], path: Path,
+                  per_kind: int = 2) -> Path:
+    """Per run (label, executions) up to ``per_kind`` solved tasks and near misses: the first test
+    input, the expected output and the prediction's output, side by side."""
+    title = "Solved tasks and near misses: test input, expected and predicted output"
+    examples = [(label, row) for label, executions in runs
+                for row in example_rows(executions, test_known, per_kind).iter_rows(named=True)]
+    if not examples:
+        return _message_figure(path, title, "no run solved or nearly solved a task with known test solutions")
+    plt = _pyplot()
+    fig, axes = plt.subplots(len(examples), 3, figsize=(7.5, 2.3 * len(examples)), squeeze=False)
+    for (label, row), (ax_in, ax_expected, ax_predicted) in zip(examples, axes):
+        task = tasks[row["task_id"]]
+        score = row["test_pixel_score"]
+        verdict = ("solved" if row["kind"] == "solved"
+                   else "near miss: test right, train wrong" if score >= 1.0
+                   else f"near miss, test pixel score {score:.0%}")
+        _draw_grid(ax_in, task.test_inputs[0], f"{label}\n{row['task_id']}: test input")
+        _draw_grid(ax_expected, task.test_outputs[0], "expected")
+        _draw_grid(ax_predicted, row["test_outputs"][0], f"predicted ({verdict})")
+    fig.suptitle(title, fontsize=11)
     fig.tight_layout()
     try:
         return _save(fig, path)

@@ -62,7 +62,7 @@ COMMON_ERRORS_PER_RUN = 10
 OUTPUT_FILES = (
     "runs.md", "runs.html", "runs.parquet", "tasks.parquet", "kaggle.md", "kaggle.html", "kaggle.parquet",
     "submission.json", "errors.md", "errors.html", "errors.parquet", "errors.png", "passk.parquet",
-    "passk.png", "training.png", "tasks.md", "tasks.html",
+    "passk.png", "training.png", "tasks.md", "tasks.html", "examples.png",
 )
 PUBLISHED_FILES = ("published.md", "published.html")
 DROPPED_LEGEND = ("dropped prompts = refinement prompts longer than the refinement context allows "
@@ -241,6 +241,8 @@ def evaluate(args: argparse.Namespace, config: EvaluateConfig) -> dict[str, Path
     write_table(curves, out / "passk.parquet", RUN_PASS_AT_K_SCHEMA)
     plots.plot_pass_at_k(curves, out / "passk.png", PASS_AT_K_SUCCESS)
     plots.plot_training(read_training_metrics(args.training_metrics), out / "training.png")
+    plots.plot_examples([(f"{run.model} ({run.name})", run.executions) for run in runs], evaluated, test_known,
+                        out / "examples.png")
 
     for line in runs_md.splitlines():
         log.info("%s", line)

@@ -29,9 +29,10 @@ pytestmark = pytest.mark.slow
 CHROMIUM = next((shutil.which(name) for name in ("chromium", "chromium-browser", "google-chrome")
                  if shutil.which(name)), None)
 REPORT_FILES = ("runs.html", "tasks.html", "kaggle.html", "errors.html", "errors.png", "passk.png", "training.png",
-                "published.html")
+                "examples.png", "published.html")
 CAPTION_WORDS = ("Does the RL refiner help?", "Unbiased pass", "GRPO training of the refiner",
-                 "Share of predictions per error type", "Kaggle-style scoring", "beside the published results")
+                 "Share of predictions per error type", "Kaggle-style scoring", "beside the published results",
+                 "up to two solved tasks")
 
 
 def place_inputs(workflow: Workflow) -> None:
@@ -135,7 +136,7 @@ def test_report_embeds_tables_and_figures_and_renders(workflow: Workflow, tmp_pa
         assert words in html, f"caption {words!r} is not in the report"
     # the figures travel inside the report as base64 PNG data
     embedded = re.findall(r"data:image/png;charset=utf8;filename=(\w+\.png);base64,([A-Za-z0-9+/=]{100})", html)
-    assert {name for name, _ in embedded} >= {"errors.png", "passk.png", "training.png"}
+    assert {name for name, _ in embedded} >= {"errors.png", "passk.png", "training.png", "examples.png"}
     assert all(base64.b64decode(chunk[:96])[:4] == b"\x89PNG" for _, chunk in embedded)
 
     if CHROMIUM is None:

@@ -149,7 +149,7 @@ def test_evaluate_stage_end_to_end(tiny_model, tmp_path):
     assert curves.filter(pl.col("run") == "baseline")["pass_at_k"].to_list() == pytest.approx([0.125, 0.25, 0.375, 0.5])
     errors_md = (out / "errors.md").read_text()
     assert "| base refines | refine_base |" in errors_md and "ZeroDivisionError: it failed" in errors_md
-    for name in ("passk.png", "training.png", "errors.png"):
+    for name in ("passk.png", "training.png", "errors.png", "examples.png"):
         assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert (out / name).stat().st_size > 5000
 
