@@ -111,8 +111,8 @@ def render_home(config: dict[str, Any], repo: Path, configfiles: list[str]) -> s
     border = "=" * (width + 2) + " " + "=" * 100
     table = [border] + [f"{k.ljust(width + 2)} {v.replace(chr(10), ' ')}" for k, v in rows] + [border]
     return ("arc-pipeline: multi-turn RL for the BARC induction model. What ran:\n\n" + "\n".join(table) + "\n\n"
-            "Results: **Evaluation** (runs table, pass@k, errors, training curves) and **BARC inference** "
-            "(per-part metric tables). Logs of every job: ``" + str(results / "logs") + "``.\n")
+            "Results: **Evaluation** (runs and task tables, pass@k, errors, training curves, tasks as pictures) "
+            "and **BARC inference** (per-part metric tables). Logs of every job: ``" + str(results / "logs") + "``.\n")
 
 
 def write_home(config: dict[str, Any], repo: Path, configfiles: list[str], path: Path) -> Path:

@@ -145,7 +145,7 @@ def test_report_embeds_tables_and_figures_and_renders(workflow: Workflow, tmp_pa
     landing = tmp_path / "report.png"
     screenshot(report.as_uri(), landing, profile)
     assert_not_blank(landing)
-    for subcategory, name in (("Tables", "runs.html"), ("Figures", "passk.png")):
+    for subcategory, name in (("Tables", "runs.html"), ("Figures", "passk.png"), ("Figures", "examples.png")):
         page = open_result(report, subcategory, name, tmp_path / f"report-{name}.html")
         png = tmp_path / f"report-{name}.png"
         screenshot(page.as_uri(), png, profile)
