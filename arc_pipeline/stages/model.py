@@ -400,10 +400,36 @@ def _module_sources(names: tuple[str, ...]) -> list[str]:
     return texts
 
 
+def _llama31_fast_tokenizer(tokenizer: Any, max_length: int) -> Any:
+    """A transformers tokenizer around ``tokenizer`` with the Llama 3.1 special tokens and chat template."""
+    from transformers import PreTrainedTokenizerFast
+
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer,
+        bos_token=BEGIN_OF_TEXT_TOKEN,
+        eos_token=END_OF_TURN_TOKEN,
+        pad_token=PAD_TOKEN,
+        chat_template=LLAMA31_CHAT_TEMPLATE,
+        model_max_length=max_length,
+        clean_up_tokenization_spaces=False,
+    )
+
+
+def _corpus_tasks(tasks_path: Path, max_tasks: int) -> list[Any]:
+    """The first ``max_tasks`` tasks of ``tasks_path``: what the local tokenizers are trained on."""
+    from arc_pipeline.io import InputFileError, read_frame
+    from arc_pipeline.schemas import TASKS_SCHEMA
+    from arc_pipeline.task_files import tasks_from_frame
+
+    frame = read_frame(tasks_path, TASKS_SCHEMA)
+    if frame.height == 0:
+        raise InputFileError(f"{tasks_path}: no tasks to train the tokenizer on")
+    return tasks_from_frame(frame.head(max_tasks), str(tasks_path))
+
+
 def train_tokenizer(texts: list[str], vocab_size: int, max_length: int) -> Any:
     """A byte-level BPE (any text encodes) with the Llama 3.1 special tokens, as a fast HF tokenizer."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
-    from transformers import PreTrainedTokenizerFast
 
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
@@ -428,15 +454,7 @@ def train_tokenizer(texts: list[str], vocab_size: int, max_length: int) -> Any:
             ),
         ]
     )
-    return PreTrainedTokenizerFast(
-        tokenizer_object=tokenizer,
-        bos_token=BEGIN_OF_TEXT_TOKEN,
-        eos_token=END_OF_TURN_TOKEN,
-        pad_token=PAD_TOKEN,
-        chat_template=LLAMA31_CHAT_TEMPLATE,
-        model_max_length=max_length,
-        clean_up_tokenization_spaces=False,
-    )
+    return _llama31_fast_tokenizer(tokenizer, max_length)
 
 
 def build_tiny_model(tasks_path: Path, output: Path, config: TinyModelConfig) -> dict[str, Any]:
@@ -444,14 +462,7 @@ def build_tiny_model(tasks_path: Path, output: Path, config: TinyModelConfig) ->
     import torch
     from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
 
-    from arc_pipeline.io import InputFileError, read_frame
-    from arc_pipeline.schemas import TASKS_SCHEMA
-    from arc_pipeline.task_files import tasks_from_frame
-
-    frame = read_frame(tasks_path, TASKS_SCHEMA)
-    if frame.height == 0:
-        raise InputFileError(f"{tasks_path}: no tasks to train the tiny tokenizer on")
-    tasks = tasks_from_frame(frame.head(config.corpus_tasks), str(tasks_path))
+    tasks = _corpus_tasks(tasks_path, config.corpus_tasks)
     corpus = tokenizer_corpus(tasks, config.corpus_tasks)
     tokenizer = train_tokenizer(corpus, config.vocab_size, config.max_position_embeddings)
     # Like Llama 3.1's generation config: end of turn, end of text and end of message all stop.
@@ -507,7 +518,6 @@ def llama3_tokenizer(texts: list[str], bpe_vocab_size: int, max_length: int) -> 
     128,000, so that the 256 special tokens land at their real ids.
     """
     from tokenizers import Tokenizer
-    from transformers import PreTrainedTokenizerFast
 
     learnt = train_tokenizer(texts, bpe_vocab_size, max_length)._tokenizer
     data = json.loads(learnt.to_str())
@@ -534,15 +544,7 @@ def llama3_tokenizer(texts: list[str], bpe_vocab_size: int, max_length: int) -> 
     tokenizer = Tokenizer.from_str(json.dumps(data))
     if tokenizer.get_vocab_size() != LLAMA3_VOCAB_SIZE:
         raise RuntimeError(f"built a vocabulary of {tokenizer.get_vocab_size()} tokens, not {LLAMA3_VOCAB_SIZE}")
-    return PreTrainedTokenizerFast(
-        tokenizer_object=tokenizer,
-        bos_token=BEGIN_OF_TEXT_TOKEN,
-        eos_token=END_OF_TURN_TOKEN,
-        pad_token=PAD_TOKEN,
-        chat_template=LLAMA31_CHAT_TEMPLATE,
-        model_max_length=max_length,
-        clean_up_tokenization_spaces=False,
-    )
+    return _llama31_fast_tokenizer(tokenizer, max_length)
 
 
 def build_random_model(tasks_path: Path, output: Path, config: RandomModelConfig) -> dict[str, Any]:
@@ -550,14 +552,7 @@ def build_random_model(tasks_path: Path, output: Path, config: RandomModelConfig
     import torch
     from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
 
-    from arc_pipeline.io import InputFileError, read_frame
-    from arc_pipeline.schemas import TASKS_SCHEMA
-    from arc_pipeline.task_files import tasks_from_frame
-
-    frame = read_frame(tasks_path, TASKS_SCHEMA)
-    if frame.height == 0:
-        raise InputFileError(f"{tasks_path}: no tasks to train the tokenizer on")
-    tasks = tasks_from_frame(frame.head(config.corpus_tasks), str(tasks_path))
+    tasks = _corpus_tasks(tasks_path, config.corpus_tasks)
     shape = config.shape
     tokenizer = llama3_tokenizer(tokenizer_corpus(tasks, config.corpus_tasks), config.bpe_vocab_size, 131072)
     stop_ids = [tokenizer.convert_tokens_to_ids(token) for token in (END_OF_TEXT_TOKEN, "<|eom_id|>", END_OF_TURN_TOKEN)]

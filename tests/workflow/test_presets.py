@@ -17,19 +17,9 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def train_config_json(*extra: str) -> dict:
-    """The train job's config slice in a dry run, planned in a fresh folder (never the user's own results/)."""
-    bin_dir = Path(sys.executable).parent
-    env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}", CONDOR_CONFIG="/dev/null")
-    extra = tuple(str(REPO / arg) if arg.startswith("config/") else arg for arg in extra)
-    with tempfile.TemporaryDirectory() as workdir:
-        result = subprocess.run(
-            [str(bin_dir / "snakemake"), "--snakefile", str(REPO / "Snakefile"), "--directory", workdir,
-             "train", "-n", "-p", "--cores", "1", *extra],
-            cwd=workdir, capture_output=True, text=True, env=env, timeout=300,
-        )
-    assert result.returncode == 0, result.stderr[-3000:]
-    command = next(line for line in (result.stdout + result.stderr).splitlines() if " train --dataset" in line)
-    return json.loads(shlex.split(re.sub(r"^.*?arc-pipeline", "arc-pipeline", command))[-1])
+    """The train job's config slice in a dry run (planned in a fresh folder, never the user's own results/)."""
+    [(_, config)] = planned_configs("train", *extra)["train"]
+    return config
 
 
 def test_published_preset_does_not_inherit_the_cpu_default() -> None:
@@ -43,7 +33,10 @@ def test_without_configfile_the_embedded_default_applies() -> None:
 
 
 def planned_configs(target: str, *extra: str) -> dict[str, list[tuple[list[str], dict]]]:
-    """Per stage command (``inference``, ``execute``, ...) of a dry run: its arguments and config slice."""
+    """Per stage command (``inference``, ``execute``, ...) of a dry run: its arguments and config slice.
+
+    Planned in a temporary folder: the tests never read or touch the user's own ``results/``.
+    """
     bin_dir = Path(sys.executable).parent
     env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}", CONDOR_CONFIG="/dev/null")
     extra = tuple(str(REPO / arg) if arg.startswith("config/") else arg for arg in extra)
