@@ -1,4 +1,5 @@
-"""Trainer callbacks: the collapse guard, and choosing the checkpoint to keep after it fires.
+"""Trainer callbacks: the collapse guard, choosing the checkpoint to keep after it fires, and the
+training metrics written at every logging step (so curves can be watched while training runs).
 
 The guard reads only what the trainer logs (``state.log_history``), so after a resume it replays the
 history and continues with the same streak it had when the job was killed.
@@ -80,6 +81,24 @@ class CollapseGuard(TrainerCallback):
                 "collapse guard: %d consecutive windows from step %d (%s); stopping at step %d",
                 self.streak, self.streak_start, "; ".join(self.reasons), state.global_step,
             )
+        return control
+
+
+class LiveMetrics(TrainerCallback):
+    """Rewrite the metrics parquet (atomically) after every logging window, on the main process only.
+
+    ``rows`` turns the trainer's log history into the parquet's rows; the final write at the end of
+    training goes through the same function, so the file only ever grows by whole windows.
+    """
+
+    def __init__(self, path: str | Path, rows: Any, schema: Any) -> None:
+        self.path, self.rows, self.schema = Path(path), rows, schema
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if state.is_world_process_zero:
+            from arc_pipeline.io import write_table
+
+            write_table(self.rows(state.log_history), self.path, self.schema)
         return control
 
 

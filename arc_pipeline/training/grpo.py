@@ -416,7 +416,7 @@ def train(
 
     from arc_pipeline.sandbox import Sandbox, SandboxConfig
     from arc_pipeline.scoring.rules import max_output_side
-    from arc_pipeline.training.callbacks import CollapseGuard, best_checkpoint
+    from arc_pipeline.training.callbacks import CollapseGuard, LiveMetrics, best_checkpoint
     from arc_pipeline.training.rewards import ArcReward, soft_overlong_penalty
 
     output = Path(output)
@@ -454,7 +454,7 @@ def train(
             train_dataset=dataset,
             processing_class=tokenizer,
             peft_config=peft_config,
-            callbacks=[guard, *callbacks],
+            callbacks=[guard, LiveMetrics(metrics_path, metrics_rows, TRAINING_METRICS_SCHEMA), *callbacks],
             **({"rollout_func": rollout} if rollout is not None else {}),
         )
         trainer.train(resume_from_checkpoint=str(resume) if resume else None)
