@@ -31,11 +31,12 @@ from arc_pipeline.config_check import SECTION_MODELS, ConfigError, load_model
 SCALARS = (bool, int, float, type(None))
 
 
-def _deep_merge(base: dict, top: dict) -> dict:
+def deep_merge(base: dict, top: dict) -> dict:
+    """``top`` over ``base``: nested sections merge key by key, any other value replaces."""
     merged = dict(base)
     for key, value in top.items():
         if isinstance(value, dict) and isinstance(merged.get(key), dict):
-            merged[key] = _deep_merge(merged[key], value)
+            merged[key] = deep_merge(merged[key], value)
         else:
             merged[key] = value
     return merged
@@ -61,7 +62,7 @@ def load_base(name: str, basedir: Path, seen: tuple[Path, ...] = ()) -> dict:
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: a config file must be a mapping")
     if "base" in data:
-        data = _deep_merge(load_base(str(data.pop("base")), basedir, (*seen, path)), data)
+        data = deep_merge(load_base(str(data.pop("base")), basedir, (*seen, path)), data)
     return data
 
 
@@ -149,12 +150,9 @@ def prepare_config(config: dict, overrides: dict, schema: dict, basedir: str | P
     """Complete ``config`` in place (see the module docstring); raise ConfigError with one line."""
     basedir = Path(basedir)
     if overrides:
-        typed = _coerce(overrides, (), schema)
-        for key, value in typed.items():
-            config[key] = _deep_merge(config[key], value) if isinstance(value, dict) and isinstance(
-                config.get(key), dict) else value
+        config.update(deep_merge(config, _coerce(overrides, (), schema)))
     if "base" in config:
-        merged = _deep_merge(load_base(str(config.pop("base")), basedir), config)
+        merged = deep_merge(load_base(str(config.pop("base")), basedir), config)
         config.clear()
         config.update(merged)
     known = list(schema.get("properties", {}))

@@ -31,6 +31,8 @@ from snakemake.logging import logger as snakemake_logger
 from snakemake.workflow import Workflow
 from snakemake_interface_executor_plugins.registry import ExecutorPluginRegistry
 
+from arc_pipeline.workflow_config import deep_merge
+
 htcondor2.reload_config()
 
 REPO = Path(__file__).resolve().parents[1]
@@ -246,12 +248,7 @@ def _expected_counts(configfile: str | None) -> dict[str, int]:
     """Jobs per rule for a fresh run, from the config's shape (parts, shards, refiners)."""
     config = yaml.safe_load((REPO / "config/config.yaml").read_text())
     if configfile:
-        preset = yaml.safe_load((REPO / configfile).read_text())
-        for key, value in preset.items():
-            if isinstance(value, dict) and isinstance(config.get(key), dict):
-                config[key] = _deep_update(config[key], value)
-            else:
-                config[key] = value
+        config = deep_merge(config, yaml.safe_load((REPO / configfile).read_text()))
     parts = config["barc"]["split"]["n_parts"]
     shards = config["inference"]["shards"]
     refiners = 2 + len(config["evaluation"]["extra_adapters"])  # base model, trained adapter, extras
@@ -277,16 +274,6 @@ def _expected_counts(configfile: str | None) -> dict[str, int]:
         "evaluate": 1,
         "all": 1,
     }
-
-
-def _deep_update(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
-    out = dict(base)
-    for key, value in update.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = _deep_update(out[key], value)
-        else:
-            out[key] = value
-    return out
 
 
 @pytest.mark.parametrize(
