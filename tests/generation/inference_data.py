@@ -45,3 +45,12 @@ def huge_task(task_id: str = "task_huge") -> Task:
 
 def write_tasks(tasks: list[Task], path: Path) -> Path:
     return write_table([task.to_row() for task in tasks], path, TASKS_SCHEMA)
+
+
+def build_untrained_tiny_model(tasks_path: Path, out: Path) -> Path:
+    """The model stage's tiny Llama with random weights (no answer-format warm-up): for plumbing tests."""
+    from arc_pipeline.cli import main
+
+    config = '{"source": "tiny", "tiny": {"warmup_steps": 0}}'
+    assert main(["model", "--tasks", str(tasks_path), "--output", str(out), "--config-json", config]) == 0
+    return out

@@ -9,21 +9,18 @@ from pathlib import Path
 
 import pytest
 
-from arc_pipeline.cli import main
 from arc_pipeline.domain.prompts import first_turn_messages, render_first_turn
 from arc_pipeline.generation.engine import EngineOptions, added_prompt_tokens, tokenize_rendered
 from arc_pipeline.models import load_tokenizer
 
-from inference_data import small_tasks, write_tasks
+from inference_data import build_untrained_tiny_model, small_tasks, write_tasks
 
 
 @pytest.fixture(scope="module")
 def tokenizer(tmp_path_factory: pytest.TempPathFactory):
     workdir = tmp_path_factory.mktemp("double_bos")
     tasks = write_tasks(small_tasks(2), workdir / "tasks.parquet")
-    config = '{"source": "tiny", "tiny": {"warmup_steps": 0}}'
-    assert main(["model", "--tasks", str(tasks), "--output", str(workdir / "model"), "--config-json", config]) == 0
-    return load_tokenizer(workdir / "model")
+    return load_tokenizer(build_untrained_tiny_model(tasks, workdir / "model"))
 
 
 def test_double_bos_prepends_a_second_begin_of_text(tokenizer):

@@ -19,11 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from arc_pipeline.cli import main
 from arc_pipeline.generation.cpu_dtype import cpu_dtype, read_cpu_flags, torch_sees_native_bf16
 from arc_pipeline.generation.watchdog import StallWatchdog
 
-from inference_data import small_tasks, write_tasks
+from inference_data import build_untrained_tiny_model, small_tasks, write_tasks
 
 REPO = Path(__file__).resolve().parents[2]
 AVX2_ONLY = REPO / "tests" / "fixtures" / "avx2_only"
@@ -118,10 +117,7 @@ def tasks_path(workdir: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def model_dir(workdir: Path, tasks_path: Path) -> Path:
-    out = workdir / "model"
-    config = '{"source": "tiny", "tiny": {"warmup_steps": 0}}'
-    assert main(["model", "--tasks", str(tasks_path), "--output", str(out), "--config-json", config]) == 0
-    return out
+    return build_untrained_tiny_model(tasks_path, workdir / "model")
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,6 @@ import polars as pl
 import pyarrow as pa
 import pytest
 
-from arc_pipeline.cli import main
 from arc_pipeline.domain.augmentation import Augmentation
 from arc_pipeline.domain.prompts import (
     first_turn_messages,
@@ -35,7 +34,7 @@ from arc_pipeline.schemas import PREDICTIONS_SCHEMA, REFINEMENT_SCHEMA
 from arc_pipeline.stages.inference import predict
 from arc_pipeline.task_files import read_tasks as load_tasks
 
-from inference_data import huge_task, medium_task, small_tasks, write_tasks
+from inference_data import build_untrained_tiny_model, huge_task, medium_task, small_tasks, write_tasks
 
 pytestmark = pytest.mark.slow
 
@@ -61,11 +60,7 @@ def tasks_path(workdir: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def model_dir(workdir: Path, tasks_path: Path) -> Path:
-    out = workdir / "model"
-    # random weights (no answer-format warm-up): the tests check the plumbing, not the answers
-    config = '{"source": "tiny", "tiny": {"warmup_steps": 0}}'
-    assert main(["model", "--tasks", str(tasks_path), "--output", str(out), "--config-json", config]) == 0
-    return out
+    return build_untrained_tiny_model(tasks_path, workdir / "model")
 
 
 @pytest.fixture(scope="module")
