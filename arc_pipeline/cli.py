@@ -32,7 +32,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "refine-prompts": ("arc_pipeline.stages.refine_prompts", "evaluation refinement prompts from executions"),
     "evaluate": ("arc_pipeline.stages.evaluate", "metric tables, voting, submission and pass@k"),
     "inspect": ("arc_pipeline.inspect", "print a parquet file's schema, row count and first rows"),
-    "config-reference": ("arc_pipeline.config_reference", "the config reference (docs/config-reference.md)"),
+    "config-reference": ("arc_pipeline.config.reference", "the config reference and JSON schema, from the config models"),
 }
 
 

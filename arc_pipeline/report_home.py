@@ -75,8 +75,7 @@ def render_home(config: dict[str, Any], repo: Path, configfiles: list[str]) -> s
     results = Path(config.get("results_dir", "results"))
     model_info = _json(results / "model" / "base" / "model.json")
     summary = _json(results / "train" / "adapter" / "training_summary.json")
-    barc, inference, training, evaluation = (config.get(k, {}) for k in ("barc", "inference", "training",
-                                                                          "evaluation"))
+    barc, inference, training, evaluation = (config.get(k, {}) for k in ("barc", "inference", "train", "evaluate"))
     split = barc.get("split", {})
     model = config.get("model", {})
     files = [f if f.startswith("--config ") else Path(f).name for f in configfiles]

@@ -24,11 +24,14 @@ LOGS=$WORK/logs
 mkdir -p "$R" "$LOGS" "$OUT"
 export PYTHONUNBUFFERED=1
 
-# The JSON of one config section (like rules/common.smk's config_slice), with key=value overrides.
+# The JSON of one config section (like rules/common.smk's config_slice: the config completed and checked by
+# arc_pipeline/config/prepare.py), with key=value overrides.
 slice() {
     "$PYTHON" - "$CONFIG" "$@" <<'EOF'
 import json, sys, yaml
+from arc_pipeline.config.prepare import prepare_config
 config = yaml.safe_load(open(sys.argv[1]))
+prepare_config(config, {}, ".")
 value = config
 for key in sys.argv[2].split("."):
     value = value[key]
@@ -40,13 +43,15 @@ print(json.dumps(value, sort_keys=True))
 EOF
 }
 
-# `execution` with `evaluation.execution` merged over it (rules/evaluate.smk's evaluation_execution).
+# `execute` with `evaluate.execute` merged over it (rules/evaluate.smk's evaluation_execution).
 eval_execution() {
     "$PYTHON" - "$CONFIG" <<'EOF'
 import json, sys, yaml
+from arc_pipeline.config.prepare import prepare_config
 config = yaml.safe_load(open(sys.argv[1]))
-own = {k: v for k, v in (config["evaluation"].get("execution") or {}).items() if v is not None}
-print(json.dumps(dict(config["execution"], **own), sort_keys=True))
+prepare_config(config, {}, ".")
+own = {k: v for k, v in config["evaluate"]["execute"].items() if v is not None}
+print(json.dumps(dict(config["execute"], **own), sort_keys=True))
 EOF
 }
 
@@ -55,17 +60,23 @@ EOF
 refine_prompts_cfg() {
     "$PYTHON" - "$CONFIG" <<'EOF'
 import json, sys, yaml
+from arc_pipeline.config.prepare import prepare_config
 config = yaml.safe_load(open(sys.argv[1]))
+prepare_config(config, {}, ".")
 inference = dict(config["inference"])
-if config["evaluation"].get("refinement_max_model_len") is not None:
-    inference["max_model_len"] = config["evaluation"]["refinement_max_model_len"]
-value = {"refinement_prompts": config["evaluation"]["refinement_prompts"]}
+if config["evaluate"]["refinement_max_model_len"] is not None:
+    inference["max_model_len"] = config["evaluate"]["refinement_max_model_len"]
+value = {"refinement_prompts": config["evaluate"]["refinement_prompts"]}
 value.update({k: inference[k] for k in ("max_model_len", "max_tokens", "double_bos") if k in inference})
 print(json.dumps(value, sort_keys=True))
 EOF
 }
 
-cfg_value() { "$PYTHON" -c "import sys, yaml; c = yaml.safe_load(open(sys.argv[1])); print(eval(sys.argv[2], {}, {'c': c}))" "$CONFIG" "$1"; }
+# One value of the checked config: `cfg_value "w.train.max_steps"` (w = arc_pipeline's WorkflowConfig).
+cfg_value() {
+    "$PYTHON" -c "import sys, yaml; from arc_pipeline.config.prepare import prepare_config
+w = prepare_config(yaml.safe_load(open(sys.argv[1])), {}, '.'); print(eval(sys.argv[2], {}, {'w': w}))" "$CONFIG" "$1"
+}
 
 # step NAME STAGE ARGS...: one stage command, its log in $LOGS/NAME.log, its time in timings.tsv.
 step() {
@@ -109,7 +120,7 @@ phase_prep() {
         --config-json "$(slice barc.tasks)" &&
     step barc_split barc-split --tasks "$R/barc_tasks/tasks.parquet" --part 1 --output "$R/barc_split/part1.parquet" \
         --config-json "$(slice barc.split)" &&
-    step arc_tasks arc-tasks --output "$R/arc_tasks/tasks.parquet" --config-json "$(slice arc)" &&
+    step arc_tasks arc-tasks --output "$R/arc_tasks/tasks.parquet" --config-json "$(slice arc_tasks)" &&
     step model model --tasks "$R/barc_tasks/tasks.parquet" --output "$R/model/base" --config-json "$(slice model)"
 }
 
@@ -124,10 +135,11 @@ phase_barc() {
     step execute_barc execute --predictions "$R/inference/barc/part1.parquet" --tasks "$R/barc_split/part1.parquet" \
         --executions "$R/execute/barc/part1.parquet" --metrics "$R/execute/barc/part1.metrics.parquet" \
         --metrics-md "$R/execute/barc/part1.metrics.md" --errors "$R/execute/barc/part1.errors.parquet" \
-        --errors-md "$R/execute/barc/part1.errors.md" --config-json "$(slice execution)" &&
+        --errors-md "$R/execute/barc/part1.errors.md" --threads 16 --config-json "$(slice execute)" &&
     step refine_dataset refine-dataset --tasks "$R/barc_split/part1.parquet" \
         --predictions "$R/inference/barc/part1.parquet" --executions "$R/execute/barc/part1.parquet" \
-        --model "$R/model/base" --output "$R/refine_dataset/refinement.parquet" --config-json "$(slice refinement)"
+        --model "$R/model/base" --output "$R/refine_dataset/refinement.parquet" --config-json "$(slice refine_dataset)" \
+        --max-prompt-tokens "$(cfg_value w.train.max_prompt_tokens)"
 }
 
 train_dataset() {
@@ -144,15 +156,15 @@ train_dataset() {
 
 phase_train() {
     step train train --dataset "$(train_dataset)" --model "$R/model/base" --checkpoint-dir "$R/train/checkpoints" \
-        --output "$R/train/adapter" --metrics "$R/train/metrics.parquet" --config-json "$(slice training)"
+        --output "$R/train/adapter" --metrics "$R/train/metrics.parquet" --threads 16 --config-json "$(slice train)"
 }
 
 phase_resume() {
     # max_steps is not part of the run's fingerprint: the same run goes on from its last checkpoint.
-    local steps=$(($(cfg_value "c['training']['max_steps']") + 1))
+    local steps=$(($(cfg_value w.train.max_steps) + 1))
     step train_resume train --dataset "$(train_dataset)" --model "$R/model/base" \
         --checkpoint-dir "$R/train/checkpoints" --output "$R/train/adapter" --metrics "$R/train/metrics.parquet" \
-        --config-json "$(slice training max_steps=$steps)" &&
+        --config-json "$(slice train max_steps=$steps)" &&
     grep -h "resum" "$LOGS/train_resume.log" | head -3
 }
 
@@ -161,13 +173,13 @@ evaluate_execute() {
     step "execute_$run" execute --predictions "$R/evaluate/$run/predictions.parquet" --tasks "$R/arc_tasks/tasks.parquet" \
         --executions "$R/evaluate/$run/executions.parquet" --metrics "$R/evaluate/$run/metrics.parquet" \
         --metrics-md "$R/evaluate/$run/metrics.md" --errors "$R/evaluate/$run/errors.parquet" \
-        --errors-md "$R/evaluate/$run/errors.md" --config-json "$(eval_execution)"
+        --errors-md "$R/evaluate/$run/errors.md" --threads 16 --config-json "$(eval_execution)"
 }
 
 phase_eval() {
-    local n_eval=$(cfg_value "c['evaluation']['n_eval']")
+    local n_eval=$(cfg_value w.evaluate.n_eval)
     # the refinement runs' context (rules/evaluate.smk): evaluation.refinement_max_model_len, else inference's
-    local context=$(cfg_value "c['evaluation'].get('refinement_max_model_len') or c['inference']['max_model_len']")
+    local context=$(cfg_value "w.evaluate.refinement_max_model_len or w.inference.max_model_len")
     local eval_cfg=$(slice inference n_predictions=$n_eval)
     step inference_baseline inference --tasks "$R/arc_tasks/tasks.parquet" --model "$R/model/base" \
         --output "$R/evaluate/baseline/predictions.parquet" --config-json "$eval_cfg" &&
@@ -177,7 +189,7 @@ phase_eval() {
         --adapter "$R/train/adapter" --output "$WORK/lora_baseline/predictions.parquet" --config-json "$eval_cfg" &&
     step refine_prompts refine-prompts --tasks "$R/arc_tasks/tasks.parquet" \
         --predictions "$R/evaluate/baseline/predictions.parquet" --executions "$R/evaluate/baseline/executions.parquet" \
-        --model "$R/model/base" --first-predictions $((n_eval / 2)) --output "$R/evaluate/refine_prompts.parquet" \
+        --model "$R/model/base" --first-predictions "$(cfg_value w.evaluate.first_predictions)" --output "$R/evaluate/refine_prompts.parquet" \
         --dropped "$R/evaluate/refine_prompts.dropped.parquet" \
         --config-json "$(refine_prompts_cfg)" &&
     step inference_refine_base inference --refinements "$R/evaluate/refine_prompts.parquet" --model "$R/model/base" \
@@ -195,7 +207,7 @@ phase_eval() {
         --training-metrics "$R/train/metrics.parquet" --output-dir "$R/evaluate/report" \
         --dropped-refinement-prompts "$R/evaluate/refine_prompts.dropped.parquet" \
         --execution-rules "$(eval_execution | "$PYTHON" -c "import json, sys; print(json.load(sys.stdin).get('rules', 'strict'))")" \
-        --config-json "$(slice evaluation)"
+        --config-json "$(slice evaluate)"
 }
 
 # Logs, timings and the small tables in one archive (the lent machine returns at most 8 files).

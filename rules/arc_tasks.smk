@@ -2,7 +2,7 @@ rule arc_tasks:
     output:
         result("arc_tasks/tasks.parquet"),
     params:
-        cfg=config_slice("arc"),
+        cfg=config_slice("arc_tasks"),
     log:
         log_path("arc_tasks"),
     shell:

@@ -9,15 +9,13 @@ import yaml
 
 from snakemake.utils import validate
 
-from arc_pipeline.config_check import check_config
-from arc_pipeline.workflow_config import prepare_config
+from arc_pipeline.config.prepare import prepare_config
 
-# base: presets, --config types, one-line errors for partial files and typo'd keys (see the module)
-with open(os.path.join(workflow.basedir, "workflow", "schemas", "config.schema.yaml")) as _schema:
-    prepare_config(config, workflow.config_settings.overwrite_config, yaml.safe_load(_schema), workflow.basedir,
-                   [str(f) for f in workflow.overwrite_configfiles])
-validate(config, schema="../workflow/schemas/config.schema.yaml")
-check_config(config)  # every stage's own model: a bad field fails here, before any job starts
+# base: presets, old section names, --config types, one-line errors (see the module). The config comes back
+# complete, defaults included, checked by every stage's own model before any job starts; WORKFLOW is it, typed.
+WORKFLOW = prepare_config(config, workflow.config_settings.overwrite_config, workflow.basedir,
+                          [str(f) for f in workflow.overwrite_configfiles])
+validate(config, schema="../workflow/schemas/config.schema.yaml")  # generated from the same models
 
 # Jobs spawned by an executor plugin re-read --config from their command line, and the HTCondor plugin
 # strips quotes and splits at spaces ('evaluation={n_eval: 16}' arrives as two broken words). So jobs
@@ -42,9 +40,9 @@ wildcard_constraints:
     refiner=r"[A-Za-z0-9_-]+",
 
 
-RESULTS = config["results_dir"]
-PARTS = list(range(1, config["barc"]["split"]["n_parts"] + 1))
-SHARDS = list(range(config["inference"]["shards"]))
+RESULTS = WORKFLOW.results_dir
+PARTS = list(range(1, WORKFLOW.barc.split.n_parts + 1))
+SHARDS = list(range(WORKFLOW.inference.shards))
 
 
 def result(path):
@@ -62,17 +60,6 @@ def config_slice(*keys):
     for key in keys:
         value = value[key]
     return shlex.quote(json.dumps(value, sort_keys=True))
-
-
-def merged_slice(*sections):
-    """Several sections merged into one JSON object (for stages configured by more than one)."""
-    merged = {}
-    for keys in sections:
-        value = config
-        for key in keys:
-            value = value[key]
-        merged.update(value)
-    return shlex.quote(json.dumps(merged, sort_keys=True))
 
 
 def gpu_resources():

@@ -2,8 +2,8 @@
 # refinements of their wrong answers by the base model, the trained adapter and any extra adapters.
 import json
 
-REFINERS = ["base", "rl", *config["evaluation"]["extra_adapters"]]
-EVAL_SHARDS = list(range(config["evaluation"].get("shards", 1)))
+REFINERS = ["base", "rl", *WORKFLOW.evaluate.extra_adapters]
+EVAL_SHARDS = list(range(WORKFLOW.evaluate.shards))
 
 
 def eval_inference_slice(n_predictions):
@@ -13,7 +13,7 @@ def eval_inference_slice(n_predictions):
 
 def refinement_inference():
     """The inference settings of the refinement runs: `inference` with the evaluation's own context."""
-    own = config["evaluation"].get("refinement_max_model_len")
+    own = WORKFLOW.evaluate.refinement_max_model_len
     return dict(config["inference"], **({"max_model_len": own} if own is not None else {}))
 
 
@@ -21,17 +21,15 @@ def refine_prompts_slice():
     """Exactly what refine-prompts reads: prompts per task and the refinement inference's context, from
     which it derives the prompt length limit (so it drops exactly what that inference could not sample)."""
     inference = refinement_inference()
-    value = {"refinement_prompts": config["evaluation"]["refinement_prompts"]}
-    for key in ("max_model_len", "max_tokens", "double_bos"):
-        if key in inference:
-            value[key] = inference[key]
+    value = {"refinement_prompts": WORKFLOW.evaluate.refinement_prompts}
+    value.update({key: inference[key] for key in ("max_model_len", "max_tokens", "double_bos")})
     return shlex.quote(json.dumps(value, sort_keys=True))
 
 
 def evaluation_execution():
-    """`execution` with the evaluation's own settings (`evaluation.execution`) merged over it."""
-    own = {key: value for key, value in config["evaluation"].get("execution", {}).items() if value is not None}
-    return dict(config["execution"], **own)
+    """`execute` with the evaluation's own settings (`evaluate.execute`) merged over it."""
+    own = {key: value for key, value in config["evaluate"]["execute"].items() if value is not None}
+    return dict(config["execute"], **own)
 
 
 def evaluation_report(name, caption, subcategory):
@@ -41,7 +39,7 @@ def evaluation_report(name, caption, subcategory):
 
 def published_outputs():
     """The table beside the published results, for the published preset only."""
-    if not config["evaluation"].get("compare_with_published", False):
+    if not WORKFLOW.evaluate.compare_with_published:
         return {}
     return {
         "published": evaluation_report("published.html", "published.rst", "Tables"),
@@ -54,7 +52,7 @@ def refiner_adapter(wildcards):
         return []
     if wildcards.refiner == "rl":
         return rules.train.output.adapter
-    return config["evaluation"]["extra_adapters"][wildcards.refiner]
+    return WORKFLOW.evaluate.extra_adapters[wildcards.refiner]
 
 
 # The baseline (n_eval predictions of every evaluation task) is sharded like BARC inference: one GPU
@@ -80,8 +78,8 @@ rule evaluate_baseline_inference:
     output:
         result("evaluate/baseline/shard{shard}.parquet"),
     params:
-        cfg=eval_inference_slice(config["evaluation"]["n_eval"]),
-    threads: config["cluster"]["gpu"]["threads"]
+        cfg=eval_inference_slice(WORKFLOW.evaluate.n_eval),
+    threads: WORKFLOW.cluster.gpu.threads
     resources:
         **gpu_resources(),
     log:
@@ -113,7 +111,7 @@ rule evaluate_refine_prompts:
         dropped=result("evaluate/refine_prompts.dropped.parquet"),
     params:
         cfg=refine_prompts_slice(),
-        first_half=config["evaluation"]["n_eval"] // 2,
+        first_half=WORKFLOW.evaluate.first_predictions,
     log:
         log_path("evaluate/refine_prompts"),
     shell:
@@ -132,7 +130,7 @@ rule evaluate_refinement_inference:
     params:
         cfg=shlex.quote(json.dumps(refinement_inference(), sort_keys=True)),
         adapter=lambda wildcards, input: f"--adapter {input.adapter}" if input.adapter else "",
-    threads: config["cluster"]["gpu"]["threads"]
+    threads: WORKFLOW.cluster.gpu.threads
     resources:
         **gpu_resources(),
     log:
@@ -154,13 +152,13 @@ rule evaluate_execute:
         errors_md=result("evaluate/{run}/errors.md"),
     params:
         cfg=shlex.quote(json.dumps(evaluation_execution(), sort_keys=True)),
-    threads: config["cluster"]["cpu"]["threads"]
+    threads: WORKFLOW.cluster.cpu.threads
     log:
         log_path("evaluate/{run}/execute"),
     shell:
         "arc-pipeline --log-file {log} execute --predictions {input.predictions} --tasks {input.tasks}"
         " --executions {output.executions} --metrics {output.metrics} --metrics-md {output.metrics_md}"
-        " --errors {output.errors} --errors-md {output.errors_md} --config-json {params.cfg}"
+        " --errors {output.errors} --errors-md {output.errors_md} --threads {threads} --config-json {params.cfg}"
 
 
 rule evaluate:
@@ -193,9 +191,9 @@ rule evaluate:
         examples=evaluation_report("examples.png", "examples.rst", "Figures"),
         **published_outputs(),
     params:
-        cfg=config_slice("evaluation"),
+        cfg=config_slice("evaluate"),
         refiners=" ".join(REFINERS),
-        rules=evaluation_execution().get("rules", "strict"),
+        rules=evaluation_execution()["rules"],
         outdir=result("evaluate/report"),
     log:
         log_path("evaluate/report"),

@@ -13,12 +13,12 @@ rule execute:
         errors=result("execute/barc/part{part}.errors.parquet"),
         errors_md=result("execute/barc/part{part}.errors.md"),
     params:
-        cfg=config_slice("execution"),
-    threads: config["cluster"]["cpu"]["threads"]
+        cfg=config_slice("execute"),
+    threads: WORKFLOW.cluster.cpu.threads
     log:
         log_path("execute/barc/part{part}"),
     shell:
         "arc-pipeline --log-file {log} execute --predictions {input.predictions} --tasks {input.tasks}"
         " --executions {output.executions} --metrics {output.metrics} --metrics-md {output.metrics_md}"
         " --metrics-html {output.metrics_html} --title 'BARC part {wildcards.part}: first-turn predictions'"
-        " --errors {output.errors} --errors-md {output.errors_md} --config-json {params.cfg}"
+        " --errors {output.errors} --errors-md {output.errors_md} --threads {threads} --config-json {params.cfg}"

@@ -7,7 +7,7 @@ rule inference_shard_tasks:
     output:
         temp(result("inference/barc/part{part}/shard{shard}.tasks.parquet")),
     params:
-        n_shards=config["inference"]["shards"],
+        n_shards=WORKFLOW.inference.shards,
     log:
         log_path("inference/barc/part{part}/shard{shard}.tasks"),
     shell:
@@ -23,7 +23,7 @@ rule inference:
         result("inference/barc/part{part}/shard{shard}.parquet"),
     params:
         cfg=config_slice("inference"),
-    threads: config["cluster"]["gpu"]["threads"]
+    threads: WORKFLOW.cluster.gpu.threads
     resources:
         **gpu_resources(),
     log:

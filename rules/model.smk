@@ -14,7 +14,7 @@ rule model:
 
 # Fetching (hub) or linking (path) a model needs the internet or only the submit machine's disk:
 # run it there. Building the tiny or random model is compute, so it stays a job.
-if config["model"]["source"] in ("hub", "path"):
+if WORKFLOW.model.source in ("hub", "path"):
 
     localrules:
         model,

@@ -8,9 +8,9 @@ rule train:
         adapter=directory(result("train/adapter")),
         metrics=result("train/metrics.parquet"),
     params:
-        cfg=config_slice("training"),
+        cfg=config_slice("train"),
         checkpoints=result("train/checkpoints"),
-    threads: config["cluster"]["gpu"]["threads"]
+    threads: WORKFLOW.cluster.gpu.threads
     resources:
         **gpu_resources(),
     log:
@@ -18,4 +18,4 @@ rule train:
     shell:
         "arc-pipeline --log-file {log} train --dataset {input.dataset} --model {input.model}"
         " --checkpoint-dir {params.checkpoints} --output {output.adapter} --metrics {output.metrics}"
-        " --config-json {params.cfg}"
+        " --threads {threads} --config-json {params.cfg}"

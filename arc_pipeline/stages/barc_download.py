@@ -15,7 +15,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from arc_pipeline.config_args import add_config_argument, parse_config
 
@@ -25,6 +25,10 @@ BARC_DATASET = "barc0/200k_HEAVY_gpt4o-description-gpt4omini-code_generated_prob
 
 
 class BarcDownloadConfig(BaseModel):
+    """Where the BARC jsonl comes from."""
+
+    model_config = ConfigDict(extra="forbid")
+
     source: Literal["hub", "local", "bundled"] = Field("bundled", description="where the jsonl comes from")
     repo_id: str = Field(BARC_DATASET, description="hub dataset repository (source: hub)")
     filename: str = Field("data_100k.jsonl", description="file inside the dataset repository")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import polars as pl
-from pydantic import BaseModel, Field, PositiveInt
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt
 
 from arc_pipeline.config_args import add_config_argument, parse_config
 from arc_pipeline.io import read_frame, write_table
@@ -22,6 +22,10 @@ log = logging.getLogger(__name__)
 
 
 class BarcSplitConfig(BaseModel):
+    """The parts BARC inference runs on: n_parts disjoint random samples of tasks_per_part tasks."""
+
+    model_config = ConfigDict(extra="forbid")
+
     n_parts: PositiveInt = Field(2, description="number of parts")
     tasks_per_part: PositiveInt = Field(10_000, description="tasks in each part")
     seed: int = Field(0, description="seed of the shuffle of task ids")

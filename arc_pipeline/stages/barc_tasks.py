@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import numpy as np
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 from tqdm import tqdm
 
 from arc_pipeline.config_args import add_config_argument, parse_config
@@ -33,10 +33,14 @@ TRAIN_PAIRS_WEIGHTS = {2: 355, 3: 1281, 4: 433, 5: 123, 6: 43, 7: 17, 8: 6, 10: 
 
 
 class BarcTasksConfig(BaseModel):
+    """How BARC rows become ARC tasks (docs/formats.md)."""
+
+    model_config = ConfigDict(extra="forbid")
+
     seed: int = Field(0, description="seed of the per-row draws")
-    min_examples: int = Field(3, description="rows with fewer examples are skipped")
-    max_draws: int = Field(10, description="draws per row before giving up on an oversized row")
-    max_total_cells: int = Field(4500, description="cells of all grids of a task (five 30x30 pairs)")
+    min_examples: int = Field(3, ge=2, description="rows with fewer examples are skipped")
+    max_draws: int = Field(10, ge=1, description="draws per row before giving up on an oversized row")
+    max_total_cells: int = Field(4500, ge=1, description="cells of all grids of a task (five 30x30 pairs)")
 
 
 class MalformedRow(ValueError):

@@ -71,8 +71,8 @@ DROPPED_LEGEND = ("dropped prompts = refinement prompts longer than the refineme
 
 
 class EvaluationExecution(BaseModel):
-    """``evaluation.execution``: the ``execution`` settings the evaluation's execute jobs change
-    (rules/evaluate.smk merges them over ``execution``; unset = as in ``execution``). One slice for
+    """``evaluate.execute``: the ``execute`` settings the evaluation's execute jobs change
+    (rules/evaluate.smk merges them over ``execute``; unset = as in ``execute``). One slice for
     the baseline and the refinements: a refinement run holds the baseline's first half, executed once."""
 
     model_config = ConfigDict(extra="forbid")
@@ -80,11 +80,13 @@ class EvaluationExecution(BaseModel):
     timeout_s: float | None = Field(None, gt=0, description="time limit of one program on all its inputs "
                                     "(the published evaluation's initial predictions: 5 s)")
     memory_mb: int | None = Field(None, gt=0, description="memory limit of one program in MiB")
-    rules: Literal["strict", "published"] | None = Field(None, description="execution rules (see execution.rules)")
+    rules: Literal["strict", "published"] | None = Field(None, description="execution rules (see execute.rules)")
 
 
 class EvaluateConfig(BaseModel):
-    """The workflow config's ``evaluation`` section."""
+    """The ARC-AGI evaluation: a baseline of n_eval predictions per task against its first half plus refinements."""
+
+    model_config = ConfigDict(extra="forbid")
 
     n_eval: int = Field(128, ge=2, description="baseline predictions per task; refinement runs use the first "
                         "n_eval / 2 of them")
@@ -99,8 +101,14 @@ class EvaluateConfig(BaseModel):
         None, gt=0, description="vLLM context length of the refinement inference runs; refine-prompts drops "
         "prompts longer than it minus inference.max_tokens (counted in runs.md). None = inference.max_model_len. "
         "Published refinement evaluation: 14,500 (no prompt dropped)")
-    execution: EvaluationExecution = Field(default_factory=EvaluationExecution,
-                                           description="execution settings of the evaluation runs")
+    execute: EvaluationExecution = Field(default_factory=EvaluationExecution,
+                                         description="execution settings of the evaluation runs")
+
+    @property
+    def first_predictions(self) -> int:
+        """Baseline predictions per task a refinement run starts from (the first half); refine-prompts gets it
+        from the workflow, so the two stages cannot disagree."""
+        return self.n_eval // 2
 
 
 def solved_by_run(per_task: pl.DataFrame) -> pl.DataFrame:
@@ -168,7 +176,7 @@ def evaluate(args: argparse.Namespace, config: EvaluateConfig) -> dict[str, Path
     predicted = set(baseline["task_id"].unique().to_list())
     evaluated = {task_id: task for task_id, task in tasks.items() if task_id in predicted}
     test_known = {task_id: all(g is not None for g in task.test_outputs) for task_id, task in evaluated.items()}
-    runs = build_runs(baseline_predictions, baseline, refinements, config.n_eval // 2, refinement_predictions)
+    runs = build_runs(baseline_predictions, baseline, refinements, config.first_predictions, refinement_predictions)
 
     # the results table, per-task tables and the published comparison
     metrics = run_task_metrics(runs, test_known)
@@ -183,7 +191,7 @@ def evaluate(args: argparse.Namespace, config: EvaluateConfig) -> dict[str, Path
     runs_md = to_markdown(seeds_table(results))
     write_text(with_legend(runs_md) + "\n" + DROPPED_LEGEND + "\n", out / "runs.md")
     note = (f"{len(evaluated)} evaluation tasks. Baseline: {runs[0].initial} predictions per task; refinement "
-            f"runs: the first {config.n_eval // 2} plus the refiner's refinements of their wrong answers. "
+            f"runs: the first {config.first_predictions} plus the refiner's refinements of their wrong answers. "
             "MEAN over tasks; solved = one prediction right on train and test; dropped prompts = refinement "
             f"prompts too long for the refinement context, never sampled. {METRICS_LEGEND}")
     write_text(page("Evaluation runs", [("", note, runs_md)]), out / "runs.html")

@@ -17,7 +17,7 @@ from typing import Literal
 
 import polars as pl
 import pyarrow as pa
-from pydantic import BaseModel, Field, NonNegativeInt, PositiveFloat, PositiveInt
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveFloat, PositiveInt
 
 from arc_pipeline.config_args import add_config_argument, parse_config
 from arc_pipeline.domain.tasks import Task
@@ -44,16 +44,17 @@ from arc_pipeline.scoring.tables import (
 log = logging.getLogger(__name__)
 
 
-def _default_workers() -> int:
-    return max(1, len(os.sched_getaffinity(0)))
-
-
 class ExecuteConfig(BaseModel):
-    workers: PositiveInt = Field(default_factory=_default_workers,
-                                 description="sandbox worker processes (default: the CPUs this job may use)")
+    """Sandbox limits and scoring of one execute job (docs/sandbox.md, docs/scoring.md)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    workers: PositiveInt | None = Field(
+        None, description="sandbox worker processes; None = the job's threads (--threads: the workflow passes "
+        "cluster.cpu.threads), or the CPUs this process may use when run without --threads")
     timeout_s: PositiveFloat = Field(
         1.0, description="time limit of one program on all its inputs (published run: 1 s)")
-    memory_mb: PositiveInt = Field(2048, description="memory limit of one program in MiB (published run: 2048)")
+    memory_mb: int = Field(2048, ge=64, description="memory limit of one program in MiB (published run: 2048)")
     chunk_size: PositiveInt = Field(2000, description="predictions per resumable chunk")
     scoring_workers: NonNegativeInt | None = Field(
         None, description="processes scoring one chunk while the sandbox runs the next "
@@ -62,6 +63,10 @@ class ExecuteConfig(BaseModel):
     rules: Literal["strict", "published"] = Field(
         "strict", description="execution rules (arc_pipeline/scoring/rules.py): strict = the project's; "
                               "published = the researchers' runner (see docs/reproduction.md)")
+
+    def worker_count(self, threads: int | None) -> int:
+        """``workers`` if set, else the job's threads, else the CPUs this process may use."""
+        return self.workers or threads or max(1, len(os.sched_getaffinity(0)))
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -76,6 +81,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--title", default="Per-task metrics", help="title of the --metrics-html page")
     parser.add_argument("--errors", type=Path, required=True, help="output: per-task error shares parquet")
     parser.add_argument("--errors-md", type=Path, required=True, help="output: error tables markdown")
+    parser.add_argument("--threads", type=int, help="CPUs this job may use (Snakemake's threads): the default "
+                        "number of sandbox workers")
     add_config_argument(parser)
 
 
@@ -96,12 +103,13 @@ def run(args: argparse.Namespace) -> None:
     config = parse_config(args, ExecuteConfig)
     started = time.monotonic()
     predictions, tasks = _read_inputs(args)
-    sandbox_config = SandboxConfig(workers=config.workers, timeout_s=config.timeout_s, memory_mb=config.memory_mb,
+    workers = config.worker_count(args.threads)
+    sandbox_config = SandboxConfig(workers=workers, timeout_s=config.timeout_s, memory_mb=config.memory_mb,
                                    max_output_side=max_output_side(config.rules))
     log.info("executing %d predictions of %d tasks with %d workers (timeout %.1f s, memory %d MiB, %s rules)",
-             predictions.height, predictions["task_id"].n_unique(), config.workers, config.timeout_s,
+             predictions.height, predictions["task_id"].n_unique(), workers, config.timeout_s,
              config.memory_mb, config.rules)
-    scoring_workers = max(1, config.workers // 4) if config.scoring_workers is None else config.scoring_workers
+    scoring_workers = max(1, workers // 4) if config.scoring_workers is None else config.scoring_workers
     execute_resumable(predictions, tasks, sandbox_config, args.executions, chunk_size=config.chunk_size,
                       progress=config.progress, source=str(args.predictions), scoring_workers=scoring_workers,
                       rules=config.rules)

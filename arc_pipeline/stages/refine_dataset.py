@@ -2,8 +2,9 @@
 
 Per task the best wrong first-turn prediction (docs/scoring.md, :mod:`arc_pipeline.refinement`)
 becomes a refinement prompt built on the task augmented like that prediction, rendered with the
-model's chat template. Prompts longer than ``max_prompt_tokens`` are dropped and counted, because
-training would otherwise have no room left for the completion.
+model's chat template. Prompts longer than ``--max-prompt-tokens`` are dropped and counted, because
+training would otherwise have no room left for the completion. That limit belongs to training
+(``TrainConfig.max_prompt_tokens``: ``max_seq_length - max_completion_length``); the workflow passes it.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import logging
 from pathlib import Path
 
 import polars as pl
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from arc_pipeline.config_args import add_config_argument, parse_config
 from arc_pipeline.task_files import read_tasks_by_id
@@ -31,14 +32,10 @@ log = logging.getLogger(__name__)
 
 
 class RefineDatasetConfig(BaseModel):
-    """The workflow config's ``refine_dataset`` section."""
+    """Which first-turn predictions the training set's refinement prompts are built from."""
 
-    max_prompt_tokens: int | None = Field(
-        8676,
-        ge=1,
-        description="drop prompts longer than this (published run: 9,700 max sequence - 1,024 completion tokens); "
-        "None keeps every prompt",
-    )
+    model_config = ConfigDict(extra="forbid")
+
     turn: int | None = Field(
         1, description="refine only predictions of this turn (1 = first turn); None uses every row"
     )
@@ -50,6 +47,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--executions", type=Path, nargs="+", required=True, help="executions parquet(s)")
     parser.add_argument("--model", type=Path, required=True, help="model folder (its tokenizer renders the prompts)")
     parser.add_argument("--output", type=Path, required=True, help="refinement parquet (REFINEMENT_SCHEMA)")
+    parser.add_argument("--max-prompt-tokens", type=int, help="drop prompts longer than this: training's limit, "
+                        "train.max_seq_length - train.max_completion_length (the workflow passes it); "
+                        "default: keep every prompt")
     add_config_argument(parser)
 
 
@@ -65,13 +65,14 @@ def build_dataset(
     executions: pl.DataFrame,
     tokenizer,
     config: RefineDatasetConfig,
+    max_prompt_tokens: int | None,
 ) -> tuple[list[dict], dict[str, int]]:
     """The refinement rows and counts of what happened (tasks seen, selected, dropped, kept)."""
     if config.turn is not None:
         executions = executions.filter(pl.col("turn") == config.turn)
     selected = attach_predictions(select_for_training(executions), predictions)
     examples = refinement_examples(tasks, selected.iter_rows(named=True), tokenizer)
-    kept, dropped = drop_long_prompts(examples, config.max_prompt_tokens)
+    kept, dropped = drop_long_prompts(examples, max_prompt_tokens)
     counts = {
         "tasks_with_executions": executions["task_id"].n_unique(),
         "tasks_selected": len(examples),
@@ -92,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
     predictions = read_all(args.predictions, PREDICTIONS_SCHEMA)
     executions = read_all(args.executions, EXECUTIONS_SCHEMA)
     tokenizer = load_tokenizer(args.model)
-    rows, counts = build_dataset(tasks, predictions, executions, tokenizer, config)
+    rows, counts = build_dataset(tasks, predictions, executions, tokenizer, config, args.max_prompt_tokens)
     log.info("refinement dataset: %s", ", ".join(f"{key} {value}" for key, value in counts.items()))
     if not rows:
         log.warning("no task has a wrong prediction with valid outputs: the refinement dataset is empty")

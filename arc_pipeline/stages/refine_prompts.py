@@ -15,7 +15,7 @@ import logging
 from pathlib import Path
 
 import polars as pl
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from arc_pipeline.config_args import add_config_argument, parse_config
 from arc_pipeline.task_files import read_tasks_by_id
@@ -39,6 +39,8 @@ class RefinePromptsConfig(BaseModel):
     the context length (``evaluation.refinement_max_model_len``, else ``inference.max_model_len``),
     ``inference.max_tokens`` and ``inference.double_bos``. A prompt is dropped here exactly when the
     refinement inference could not sample it, so every drop is counted in one place."""
+
+    model_config = ConfigDict(extra="forbid")
 
     refinement_prompts: int = Field(8, ge=1, description="prompts per task, cycling through its distinct "
                                     "wrong predictions (published run: 8, each sampled 8 times)")

@@ -165,7 +165,9 @@ class TrainConfig(BaseModel):
         "than max_completion_length - this many tokens get a linearly growing penalty; 0 = off (published run: off)",
     )
     soft_overlong_weight: float = Field(1.0, ge=0, description="weight of the overlong penalty in the summed reward")
-    execution_workers: PositiveInt = Field(4, description="sandbox processes running generated programs")
+    execution_workers: PositiveInt | None = Field(
+        None, description="sandbox processes running generated programs; None = the job's threads (--threads: "
+        "the workflow passes cluster.gpu.threads), 4 when run without --threads")
     execution_rules: Literal["strict", "published"] = Field(
         "strict", description="execution rules of the reward (arc_pipeline/scoring/rules.py); the published "
         "rewards were computed under 'published'")
@@ -186,7 +188,8 @@ class TrainConfig(BaseModel):
     run_name: str | None = Field(None, description="tracker run name; None = the output folder name")
     log_completions: bool = Field(False, description="TRL's sample table of prompts and completions")
 
-    collapse_guard: CollapseGuardConfig = Field(default_factory=CollapseGuardConfig)
+    collapse_guard: CollapseGuardConfig = Field(
+        default_factory=CollapseGuardConfig, description="stop training when it collapses (off by default)")
 
     @model_validator(mode="after")
     def _check(self) -> "TrainConfig":
@@ -226,6 +229,11 @@ class TrainConfig(BaseModel):
             return self.per_device_train_batch_size
         return self.completions_per_step // self.gradient_accumulation_steps
 
+    def reward_workers(self, threads: int | None = None) -> int:
+        """``execution_workers`` if set, else the job's threads, else 4."""
+        return self.execution_workers or threads or 4
+
     @property
     def max_prompt_tokens(self) -> int:
+        """The longest prompt trained on; the one owner of this limit (the workflow passes it to refine-dataset)."""
         return self.max_seq_length - self.max_completion_length

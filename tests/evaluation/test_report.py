@@ -115,7 +115,7 @@ def workflow(tmp_path: Path) -> Workflow:
 
 
 def test_report_embeds_tables_and_figures_and_renders(workflow: Workflow, tmp_path: Path) -> None:
-    workflow.config["evaluation"].update(n_eval=data.N_EVAL, refinement_prompts=data.K,
+    workflow.config["evaluate"].update(n_eval=data.N_EVAL, refinement_prompts=data.K,
                                          compare_with_published=True)
     workflow.write_config()
     place_inputs(workflow)

@@ -16,6 +16,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from arc_pipeline.training.config import TrainConfig
+
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
 PUBLISHED = yaml.safe_load((REPO / "config" / "barc-multiturn.yaml").read_text())
@@ -46,37 +48,55 @@ def write(path: Path, text: str) -> Path:
     return path
 
 
+def complete(section: dict) -> dict:
+    """A train section as the train job gets it: defaults filled by the model."""
+    return TrainConfig.model_validate(section).model_dump(mode="json")
+
+
 def test_a_file_naming_its_base_changes_only_its_settings(tmp_path: Path) -> None:
-    mine = write(tmp_path / "mine.yaml", "base: default\ntraining:\n  max_steps: 5\n")
+    mine = write(tmp_path / "mine.yaml", "base: default\ntrain:\n  max_steps: 5\n")
     training = stage_config(dry_run(tmp_path, "--configfile", str(mine), targets=("train",)), " train --dataset")
-    assert training == {**DEFAULT["training"], "max_steps": 5}
+    assert training == complete({**DEFAULT["train"], "max_steps": 5})
+
+
+def test_old_section_names_are_read_under_the_new_ones(tmp_path: Path) -> None:
+    mine = write(tmp_path / "mine.yaml", "base: barc-multiturn\ntraining:\n  max_steps: 5\n"
+                 "evaluation:\n  execution:\n    timeout_s: 3.0\n")
+    result = dry_run(tmp_path, "--configfile", str(mine), targets=("train", "evaluate"))
+    assert stage_config(result, " train --dataset") == complete({**PUBLISHED["train"], "max_steps": 5})
+    assert stage_config(result, " execute --predictions results/barc-multiturn/evaluate/")["timeout_s"] == 3.0
+    assert "config section 'training' is now 'train'" in output(result)
+    removed = write(tmp_path / "removed.yaml", "base: default\nrefinement:\n  max_prompt_tokens: 8700\n")
+    result = dry_run(tmp_path, "--configfile", str(removed))
+    assert result.returncode != 0
+    assert "refine_dataset.max_prompt_tokens was removed" in output(result)
 
 
 def test_overrides_after_a_complete_preset(tmp_path: Path) -> None:
-    mine = write(tmp_path / "mine.yaml", "training:\n  learning_rate: 3.0e-6\n")
+    mine = write(tmp_path / "mine.yaml", "train:\n  learning_rate: 3.0e-6\n")
     result = dry_run(tmp_path, "--configfile", str(REPO / "config" / "barc-multiturn.yaml"), str(mine), targets=("train",))
-    assert stage_config(result, " train --dataset") == {**PUBLISHED["training"], "learning_rate": 3.0e-6}
+    assert stage_config(result, " train --dataset") == complete({**PUBLISHED["train"], "learning_rate": 3.0e-6})
 
 
 def test_a_partial_file_alone_is_refused_in_one_line(tmp_path: Path) -> None:
-    mine = write(tmp_path / "mine.yaml", "training:\n  max_steps: 5\n")
+    mine = write(tmp_path / "mine.yaml", "train:\n  max_steps: 5\n")
     result = dry_run(tmp_path, "--configfile", str(mine), targets=("train",))
     assert result.returncode != 0
-    assert "lacks the sections barc, arc, model" in output(result) and "base: default" in output(result)
+    assert "lacks the sections barc, arc_tasks, model" in output(result) and "base: default" in output(result)
     assert len(output(result).splitlines()) < 10  # not the schema
     assert not (tmp_path / "results").exists()
 
 
 def test_a_typo_in_a_top_level_key_names_the_closest_key(tmp_path: Path) -> None:
-    result = dry_run(tmp_path, "--config", "trainig={max_steps: 5}")
+    result = dry_run(tmp_path, "--config", "trian={max_steps: 5}")
     assert result.returncode != 0
-    assert "unknown top-level config key 'trainig'; did you mean 'training'?" in output(result)
+    assert "unknown top-level config key 'trian'; did you mean 'train'?" in output(result)
     assert len(output(result).splitlines()) < 10
 
 
 def test_config_values_get_the_schemas_types(tmp_path: Path) -> None:
-    result = dry_run(tmp_path, "--config", "evaluation={n_eval: 16}",
-                     "training={learning_rate: 0.001, use_vllm: false}", "barc={download: {revision: 1234}}",
+    result = dry_run(tmp_path, "--config", "evaluate={n_eval: 16}",
+                     "train={learning_rate: 0.001, use_vllm: false}", "barc={download: {revision: 1234}}",
                      targets=("results/evaluate/report/runs.md", "results/barc_download/data.jsonl"))
     assert stage_config(result, " inference --tasks results/evaluate/baseline/")["n_predictions"] == 16
     training = stage_config(result, " train --dataset")
@@ -86,9 +106,9 @@ def test_config_values_get_the_schemas_types(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("adapter", ["missing_adapter", "/nope/adapter"])
 def test_a_missing_extra_adapter_fails_at_parse_time(tmp_path: Path, adapter: str) -> None:
-    result = dry_run(tmp_path, "--config", f"evaluation={{extra_adapters: {{mine: {adapter}}}}}")
+    result = dry_run(tmp_path, "--config", f"evaluate={{extra_adapters: {{mine: {adapter}}}}}")
     assert result.returncode != 0
-    assert f"evaluation.extra_adapters.mine: adapter folder {adapter} not found" in output(result)
+    assert f"evaluate.extra_adapters.mine: adapter folder {adapter} not found" in output(result)
     (tmp_path / "found").mkdir()
-    result = dry_run(tmp_path, "--config", "evaluation={extra_adapters: {mine: found}}")
+    result = dry_run(tmp_path, "--config", "evaluate={extra_adapters: {mine: found}}")
     assert result.returncode == 0, output(result)[-2000:]

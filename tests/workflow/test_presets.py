@@ -13,6 +13,8 @@ from pathlib import Path
 
 import yaml
 
+from arc_pipeline.training.config import TrainConfig
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -24,12 +26,13 @@ def train_config_json(*extra: str) -> dict:
 
 def test_published_preset_does_not_inherit_the_cpu_default() -> None:
     preset = yaml.safe_load((REPO / "config" / "barc-multiturn.yaml").read_text())
-    assert train_config_json("--configfile", "config/barc-multiturn.yaml") == preset["training"]
+    expected = TrainConfig.model_validate(preset["train"]).model_dump(mode="json")  # the preset, defaults filled
+    assert train_config_json("--configfile", "config/barc-multiturn.yaml") == expected
 
 
 def test_without_configfile_the_embedded_default_applies() -> None:
     default = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
-    assert train_config_json() == default["training"]
+    assert train_config_json() == TrainConfig.model_validate(default["train"]).model_dump(mode="json")
 
 
 def planned_configs(target: str, *extra: str) -> dict[str, list[tuple[list[str], dict]]]:
@@ -75,6 +78,6 @@ def test_default_config_evaluates_with_the_inference_context() -> None:
     [(_, prompts)] = planned["refine-prompts"]
     assert prompts["max_model_len"] == default["inference"]["max_model_len"]
     assert {config["max_model_len"] for _, config in planned["inference"]} == {default["inference"]["max_model_len"]}
-    assert {config["timeout_s"] for _, config in planned["execute"]} == {default["execution"]["timeout_s"]}
+    assert {config["timeout_s"] for _, config in planned["execute"]} == {default["execute"]["timeout_s"]}
     [(words, _)] = planned["evaluate"]
     assert words[words.index("--execution-rules") + 1] == "strict"

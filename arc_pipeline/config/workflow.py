@@ -1,0 +1,104 @@
+"""``WorkflowConfig``: the whole workflow config, one section per stage, each section the stage's own model.
+
+This is the config's single source. ``rules/common.smk`` validates a run's config with it before any job
+starts and hands each rule its section; the stage command parses that section with the same model
+(``--config-json``). The JSON schema (``workflow/schemas/config.schema.yaml``) and the reference
+(``docs/config-reference.md``) are generated from it (``arc-pipeline config-reference``), and a test
+fails when either is stale.
+
+Sections are named after the stage that reads them (``train`` for the ``train`` stage). Values two stages
+need have one owner, and the workflow derives the other stage's value from it (``rules/common.smk``):
+the training prompt limit is ``train``'s, the refinement runs' first half is ``evaluate``'s.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt
+
+from arc_pipeline.stages.arc_tasks import ArcTasksConfig
+from arc_pipeline.stages.barc_download import BarcDownloadConfig
+from arc_pipeline.stages.barc_split import BarcSplitConfig
+from arc_pipeline.stages.barc_tasks import BarcTasksConfig
+from arc_pipeline.stages.evaluate import EvaluateConfig
+from arc_pipeline.stages.execute import ExecuteConfig
+from arc_pipeline.stages.inference import InferenceConfig
+from arc_pipeline.stages.model import ModelStageConfig
+from arc_pipeline.stages.refine_dataset import RefineDatasetConfig
+from arc_pipeline.training.config import TrainConfig
+
+
+class BarcConfig(BaseModel):
+    """The three BARC data stages: download, conversion into tasks, split into parts."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    download: BarcDownloadConfig = Field(description="stage barc_download: where the BARC jsonl comes from")
+    tasks: BarcTasksConfig = Field(description="stage barc_tasks: BARC rows into ARC tasks")
+    split: BarcSplitConfig = Field(description="stage barc_split: the parts inference runs on")
+
+
+class GpuJobConfig(BaseModel):
+    """What a GPU job (inference, train) asks the cluster for; HTCondor's submit names."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    request_gpus: NonNegativeInt = Field(1, description="GPUs per job (also the `gpus` resource a workstation "
+                                         "run limits with --resources gpus=N)")
+    request_memory: str = Field("64GB", description="host memory per job")
+    request_disk: str = Field("100GB", description="scratch disk per job")
+    gpus_minimum_memory: int = Field(40000, description="MiB of GPU memory a matching GPU has at least")
+    threads: PositiveInt = Field(8, description="CPU threads per job (Snakemake's `threads`; the training "
+                                 "reward sandbox uses this many workers unless train.execution_workers is set)")
+
+
+class CpuJobConfig(BaseModel):
+    """What a CPU job (execute) asks for."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    threads: PositiveInt = Field(2, description="CPU threads per job (Snakemake's `threads`; the sandbox uses "
+                                 "this many workers unless execute.workers is set)")
+
+
+class ClusterConfig(BaseModel):
+    """Resources of the jobs (HTCondor requests through profiles/condor; `threads` everywhere)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    gpu: GpuJobConfig = Field(default_factory=GpuJobConfig, description="GPU jobs")
+    cpu: CpuJobConfig = Field(default_factory=CpuJobConfig, description="CPU jobs")
+
+
+class WorkflowConfig(BaseModel):
+    """A whole run. Every stage section is required: a file of a few overrides names its preset (`base:`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    results_dir: str = Field("results", description="folder under which every stage writes <stage>/...")
+    barc: BarcConfig = Field(description="the BARC data stages")
+    arc_tasks: ArcTasksConfig = Field(description="stage arc_tasks: the ARC-AGI evaluation tasks")
+    model: ModelStageConfig = Field(description="stage model: the base model folder")
+    inference: InferenceConfig = Field(description="stage inference: sampling and the vLLM engine (BARC parts; "
+                                       "the evaluation's runs use it too)")
+    execute: ExecuteConfig = Field(description="stage execute: the sandbox and scoring of BARC predictions "
+                                   "(the evaluation's execute jobs use it with evaluate.execute over it)")
+    refine_dataset: RefineDatasetConfig = Field(description="stage refine_dataset: the second-turn training set")
+    train: TrainConfig = Field(description="stage train: GRPO of the refinement LoRA")
+    evaluate: EvaluateConfig = Field(description="stage evaluate: the ARC-AGI evaluation runs and their tables")
+    cluster: ClusterConfig = Field(default_factory=ClusterConfig, description="job resources")
+
+
+# Sections and fields renamed or removed, with what replaces them: old override files still work (renamed
+# keys are read under their new name with a warning) or fail saying what to write instead.
+RENAMED_SECTIONS = {
+    "arc": "arc_tasks",
+    "execution": "execute",
+    "refinement": "refine_dataset",
+    "training": "train",
+    "evaluation": "evaluate",
+}
+RENAMED_FIELDS = {("evaluate", "execution"): "execute"}
+REMOVED_FIELDS = {
+    ("refine_dataset", "max_prompt_tokens"): "the training set's prompt limit is train.max_seq_length - "
+    "train.max_completion_length (one owner); set those instead",
+}
