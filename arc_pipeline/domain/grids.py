@@ -26,7 +26,6 @@ COLOR_NAMES: tuple[str, ...] = (
     "Purple",
     "Brown",
 )
-_NAME_TO_VALUE = {name: value for value, name in enumerate(COLOR_NAMES)}
 
 Grid = np.ndarray
 
@@ -71,20 +70,6 @@ def grids_to_lists(grids: Sequence[Grid]) -> list[list[list[int]]]:
 def grid_to_text(grid: Grid) -> str:
     """The model's encoding: colour names joined by spaces, rows joined by newlines."""
     return "\n".join(" ".join(COLOR_NAMES[int(cell)] for cell in row) for row in np.asarray(grid))
-
-
-def text_to_grid(text: str) -> Grid:
-    """Inverse of :func:`grid_to_text`; rejects unknown colour names and ragged rows."""
-    rows = []
-    for line_number, line in enumerate(text.strip("\n").split("\n"), start=1):
-        names = line.split(" ")
-        try:
-            rows.append([_NAME_TO_VALUE[name] for name in names])
-        except KeyError as error:
-            raise GridError(f"unknown colour name {error.args[0]!r} on line {line_number}") from None
-    if len({len(row) for row in rows}) != 1:
-        raise GridError("rows have different lengths")
-    return as_grid(rows)
 
 
 def draw_grid(grid: Grid) -> str:

@@ -5,11 +5,9 @@ One task is one row of a tasks parquet (schema ``TASKS_SCHEMA`` in :mod:`arc_pip
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 
 from arc_pipeline.domain.grids import Grid, as_grid, grids_to_lists
 
@@ -83,12 +81,3 @@ class Task:
                 output = solutions[index]
             test.append(Pair(as_grid(pair["input"]), None if output is None else as_grid(output)))
         return cls(task_id=task_id, train=train, test=tuple(test), source=source)
-
-
-def tasks_from_rows(rows: Iterable[dict[str, Any]]) -> Iterator[Task]:
-    for row in rows:
-        yield Task.from_row(row)
-
-
-def n_cells(grids: Iterable[Grid]) -> int:
-    return int(sum(np.asarray(grid).size for grid in grids))
