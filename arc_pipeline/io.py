@@ -1,10 +1,13 @@
-"""Parquet reading and writing: schema-checked, atomic (no half-written outputs)."""
+"""Parquet reading and writing: schema-checked, atomic (no half-written outputs); folders replaced atomically."""
 
 from __future__ import annotations
 
 import logging
 import os
+import shutil
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -12,10 +15,12 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from arc_pipeline.errors import PipelineError
+
 log = logging.getLogger(__name__)
 
 
-class InputFileError(RuntimeError):
+class InputFileError(PipelineError, RuntimeError):
     """An input file is missing or malformed; the message names the file."""
 
 
@@ -67,6 +72,51 @@ def share_like_umask(root: str | os.PathLike) -> None:
         if path.is_symlink():
             continue
         path.chmod((0o777 if path.is_dir() else 0o666) & ~mask)
+
+
+@contextmanager
+def replace_folder(target: str | os.PathLike) -> Iterator[Path]:
+    """Build a folder that replaces ``target`` atomically: ``with replace_folder(out) as staging: ...``.
+
+    The body writes into ``staging``, a hidden folder beside ``target`` (same filesystem, so the swap is a
+    rename). If the body raises, ``staging`` is deleted and ``target`` is left as it was. Otherwise its
+    files get the modes the umask allows (colleagues share model and adapter folders; safetensors writes
+    0600), the old ``target`` (folder, file or symlink) is renamed aside, ``staging`` renamed into place and
+    the old one deleted: at no moment does ``target`` hold a half-written folder.
+    """
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
+    try:
+        staging.chmod(0o777 & ~current_umask())  # mkdtemp makes it private
+        yield staging
+        share_like_umask(staging)
+        _swap_into_place(staging, target)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+
+
+def _swap_into_place(staging: Path, target: Path) -> None:
+    if not (target.exists() or target.is_symlink()):
+        os.rename(staging, target)
+        return
+    old = target.with_name(f".{target.name}.old-{os.getpid()}")
+    _remove(old)  # left by a killed run that had the same process id
+    os.rename(target, old)
+    try:
+        os.rename(staging, target)
+    except BaseException:
+        os.rename(old, target)
+        raise
+    _remove(old)
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    elif path.exists() or path.is_symlink():
+        path.unlink()
 
 
 def write_table(data: Any, path: str | os.PathLike, schema: pa.Schema) -> Path:
@@ -123,6 +173,22 @@ def read_table(path: str | os.PathLike, schema: pa.Schema | None = None) -> pa.T
         except (pa.ArrowInvalid, pa.ArrowTypeError) as error:
             raise InputFileError(f"{path}: columns do not match the expected schema ({error})") from None
     return table
+
+
+def check_parquet(path: str | os.PathLike, schema: pa.Schema | None = None) -> Path:
+    """Fail as :func:`read_table` would on a missing, unreadable or column-less file, reading only the footer:
+    a stage checks an input this way before its heavy imports (torch, vLLM) that come before the real read."""
+    path = Path(path)
+    if not path.exists():
+        raise InputFileError(f"{path}: file not found")
+    try:
+        names = pq.read_schema(path).names
+    except (pa.ArrowInvalid, OSError) as error:
+        raise InputFileError(f"{path}: not a readable parquet file ({error})") from None
+    missing = [name for name in (schema.names if schema is not None else []) if name not in names]
+    if missing:
+        raise InputFileError(f"{path}: missing columns {missing}")
+    return path
 
 
 def read_frame(path: str | os.PathLike, schema: pa.Schema | None = None) -> pl.DataFrame:
