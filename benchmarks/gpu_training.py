@@ -53,7 +53,7 @@ def build_dataset(model_dir: Path, path: Path, n_rows: int, side: int, seed: int
 
     from arc_pipeline.domain.tasks import Pair, Task
     from arc_pipeline.io import write_table
-    from arc_pipeline.models import load_tokenizer
+    from arc_pipeline.models.folder import load_tokenizer
     from arc_pipeline.refinement import refinement_example
     from arc_pipeline.schemas import REFINEMENT_SCHEMA
 

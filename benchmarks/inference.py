@@ -61,7 +61,7 @@ def main() -> None:
     from arc_pipeline.generation.engine import Engine, EngineConfig, SamplingConfig
     from arc_pipeline.generation.requests import Provenance, first_turn_requests, n_rounds, prediction_rows
     from arc_pipeline.io import write_table
-    from arc_pipeline.models import load_tokenizer
+    from arc_pipeline.models.folder import load_tokenizer
     from arc_pipeline.schemas import TASKS_SCHEMA
 
     timings: dict[str, float] = {}

@@ -24,10 +24,12 @@ from arc_pipeline.domain.prompts import (
     render_refinement,
 )
 from arc_pipeline.io import write_table
-from arc_pipeline.models import ModelFolderError, load_tokenizer, model_name, read_model_info
+from arc_pipeline.models.folder import ModelFolderError, load_tokenizer, model_name, read_model_info
+from arc_pipeline.models.tiny import TinyModelConfig
+from arc_pipeline.models.warmup import WARMUP_BODIES, warmup_answer
 from arc_pipeline.sandbox import extract_code
 from arc_pipeline.schemas import TASKS_SCHEMA
-from arc_pipeline.stages.model import WARMUP_BODIES, ModelStageConfig, TinyModelConfig, warmup_answer
+from arc_pipeline.stages.model import ModelStageConfig
 
 SPECIAL_TOKENS = [
     "<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>",
@@ -386,7 +388,7 @@ def test_random_model_has_llama3_vocabulary_and_special_ids(random_dir, tasks_pa
 
 
 def test_random_model_default_shape_is_llama31_8b():
-    from arc_pipeline.stages.model import RandomModelConfig
+    from arc_pipeline.models.random import RandomModelConfig
 
     shape = RandomModelConfig().shape
     assert (shape.hidden_size, shape.intermediate_size, shape.num_hidden_layers) == (4096, 14336, 32)

@@ -153,7 +153,7 @@ def test_evaluation_selection_cycles_distinct_fingerprints():
 
 
 def test_refine_dataset_stage_matches_hand_built_prompt(tiny_model, tmp_path):
-    from arc_pipeline.models import load_tokenizer
+    from arc_pipeline.models.folder import load_tokenizer
 
     predictions, executions = make_rows()
     tasks_path, predictions_path, executions_path = (tmp_path / f"{n}.parquet" for n in ("tasks", "preds", "execs"))
@@ -190,7 +190,7 @@ def test_refine_dataset_stage_matches_hand_built_prompt(tiny_model, tmp_path):
 
 
 def test_refine_dataset_drops_long_prompts(tiny_model, tmp_path):
-    from arc_pipeline.models import load_tokenizer
+    from arc_pipeline.models.folder import load_tokenizer
     from arc_pipeline.stages.refine_dataset import RefineDatasetConfig, build_dataset
 
     predictions, executions = make_rows()

@@ -19,8 +19,8 @@ import jinja2
 import numpy as np
 
 from arc_pipeline.domain.grids import grid_to_text
+from arc_pipeline.domain.similarity import pixel_similarity
 from arc_pipeline.domain.tasks import Task
-from arc_pipeline.scoring.similarity import pixel_similarity
 
 Messages = list[dict[str, str]]
 

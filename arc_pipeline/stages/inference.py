@@ -86,7 +86,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def build_requests(args: argparse.Namespace, config: InferenceConfig) -> list[Request]:
     """All prompts of the shard, rendered before the engine starts (bad input fails fast)."""
     if args.tasks is not None:
-        from arc_pipeline.models import load_tokenizer
+        from arc_pipeline.models.folder import load_tokenizer
 
         turn = config.turn or FIRST_TURN
         rounds = n_rounds(config.n_predictions, config.n)
@@ -120,7 +120,7 @@ def predict(engine: Engine, requests: Sequence[Request], sampling: SamplingConfi
 
 
 def run(args: argparse.Namespace) -> int:
-    from arc_pipeline.models import check_model_dir, model_name
+    from arc_pipeline.models.folder import check_model_dir, model_name
 
     config = parse_config(args, InferenceConfig)
     check_model_dir(args.model)

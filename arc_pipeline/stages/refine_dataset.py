@@ -86,7 +86,7 @@ def build_dataset(
 
 
 def run(args: argparse.Namespace) -> int:
-    from arc_pipeline.models import load_tokenizer
+    from arc_pipeline.models.folder import load_tokenizer
 
     config = parse_config(args, RefineDatasetConfig)
     tasks = read_tasks_by_id(args.tasks)

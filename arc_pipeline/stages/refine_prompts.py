@@ -110,7 +110,7 @@ def build_prompts(
 
 
 def run(args: argparse.Namespace) -> int:
-    from arc_pipeline.models import load_tokenizer
+    from arc_pipeline.models.folder import load_tokenizer
 
     config = parse_config(args, RefinePromptsConfig)
     if args.first_predictions < 1:

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from arc_pipeline.io import InputFileError, current_umask, read_frame, share_like_umask, write_table
+from arc_pipeline.models.tokens import adds_bos, stop_token_ids
 from arc_pipeline.schemas import REFINEMENT_SCHEMA, TRAINING_METRICS_SCHEMA
 from arc_pipeline.training.config import TrainConfig
 
@@ -48,14 +49,6 @@ _NOT_IN_FINGERPRINT = {
 
 
 # ------------------------------------------------------------------ dataset
-
-
-def adds_bos(tokenizer: Any) -> bool:
-    """Whether plain tokenization prepends the BOS token (Llama 3 does)."""
-    if tokenizer.bos_token_id is None:
-        return False
-    ids = tokenizer("a")["input_ids"]
-    return bool(ids) and ids[0] == tokenizer.bos_token_id
 
 
 def load_refinement_dataset(path: str | os.PathLike, tokenizer: Any, config: TrainConfig) -> tuple[Any, dict]:
@@ -194,18 +187,10 @@ def grpo_arguments(config: TrainConfig, output_dir: str | os.PathLike, reward_we
     return GRPOConfig(**{key: value for key, value in values.items() if key in known})
 
 
-def stop_token_ids(model: Any, tokenizer: Any) -> list[int]:
-    """The ids that end a completion for TRL: generation config eos ids, tokenizer eos, and pad."""
-    ids = model.generation_config.eos_token_id
-    ids = [] if ids is None else [ids] if isinstance(ids, int) else list(ids)
-    ids += [tokenizer.eos_token_id, tokenizer.pad_token_id]
-    return sorted({int(i) for i in ids if i is not None})
-
-
 def load_model(config: TrainConfig, model_dir: str | os.PathLike) -> tuple[Any, Any, Any]:
     """``(model, tokenizer, peft_config)``: for ``trl`` a plain model and a LoRA config for TRL to apply,
     for ``unsloth`` Unsloth's model with its LoRA already attached (peft_config None)."""
-    from arc_pipeline.models import load_tokenizer
+    from arc_pipeline.models.folder import load_tokenizer
 
     tokenizer = load_tokenizer(model_dir)
     tokenizer.padding_side = "left"

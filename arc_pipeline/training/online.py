@@ -44,6 +44,7 @@ from arc_pipeline.domain.prompts import (
     render_refinement,
 )
 from arc_pipeline.domain.tasks import Task
+from arc_pipeline.models.tokens import adds_bos
 from arc_pipeline.sandbox.program import extract_code
 from arc_pipeline.scoring.rules import apply_rules, check_rules
 
@@ -93,8 +94,6 @@ class Episode:
 
 def _strip_bos(tokenizer: Any, text: str) -> str:
     """TRL tokenizes standard prompts with ``tokenizer(text)``, which adds BOS again (as in grpo.py)."""
-    from arc_pipeline.training.grpo import adds_bos
-
     if adds_bos(tokenizer) and text.startswith(tokenizer.bos_token):
         return text[len(tokenizer.bos_token):]
     return text

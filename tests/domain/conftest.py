@@ -29,7 +29,7 @@ def small_task() -> Task:
 @pytest.fixture(scope="session")
 def tiny_tokenizer():
     """The tokenizer the model stage builds for the tiny model (Llama 3.1 tokens and chat template)."""
-    from arc_pipeline.stages.model import EXAMPLE_ANSWER, train_tokenizer
+    from arc_pipeline.models.tokenizer import EXAMPLE_ANSWER, train_tokenizer
 
     corpus = [EXAMPLE_ANSWER, "Black Blue Red Green Yellow Gray Pink Orange Purple Brown\n" * 20]
     return train_tokenizer(corpus, vocab_size=600, max_length=16384)

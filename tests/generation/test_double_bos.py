@@ -11,7 +11,7 @@ import pytest
 
 from arc_pipeline.domain.prompts import first_turn_messages, render_first_turn
 from arc_pipeline.generation.engine import EngineOptions, added_prompt_tokens, tokenize_rendered
-from arc_pipeline.models import load_tokenizer
+from arc_pipeline.models.folder import load_tokenizer
 
 from inference_data import build_untrained_tiny_model, small_tasks, write_tasks
 

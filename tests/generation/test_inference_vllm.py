@@ -29,7 +29,7 @@ from arc_pipeline.domain.prompts import (
 from arc_pipeline.generation.engine import Engine, EngineConfig, SamplingConfig
 from arc_pipeline.generation.requests import Provenance, first_turn_requests, refinement_requests
 from arc_pipeline.io import read_frame, write_table
-from arc_pipeline.models import load_tokenizer
+from arc_pipeline.models.folder import load_tokenizer
 from arc_pipeline.schemas import PREDICTIONS_SCHEMA, REFINEMENT_SCHEMA
 from arc_pipeline.stages.inference import predict
 from arc_pipeline.task_files import read_tasks as load_tasks

@@ -29,7 +29,7 @@ def tiny_model(tmp_path_factory) -> Path:
 def refinement_dataset(tiny_model, tmp_path):
     """Factory: write a refinement parquet of ``n_rows`` rows and return its path."""
     from arc_pipeline.io import write_table
-    from arc_pipeline.models import load_tokenizer
+    from arc_pipeline.models.folder import load_tokenizer
     from arc_pipeline.schemas import REFINEMENT_SCHEMA
 
     tokenizer = load_tokenizer(tiny_model)

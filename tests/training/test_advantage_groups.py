@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from arc_pipeline.models import load_tokenizer
+from arc_pipeline.models.folder import load_tokenizer
 from arc_pipeline.training.config import TrainConfig
 from arc_pipeline.training.grpo import grpo_arguments, load_refinement_dataset
 

@@ -44,7 +44,7 @@ def learnable_target(model_dir, dataset_path, config: TrainConfig) -> int:
     """
     from transformers import AutoModelForCausalLM
 
-    from arc_pipeline.models import load_tokenizer
+    from arc_pipeline.models.folder import load_tokenizer
 
     tokenizer = load_tokenizer(model_dir)
     prompt = read_frame(dataset_path)["prompt"][0].removeprefix(tokenizer.bos_token)

@@ -72,8 +72,8 @@ def sandbox():
 def scripted_rollout(tiny_model, sandbox, config):
     from transformers import AutoModelForCausalLM
 
-    from arc_pipeline.models import load_tokenizer
-    from arc_pipeline.training.grpo import stop_token_ids
+    from arc_pipeline.models.folder import load_tokenizer
+    from arc_pipeline.models.tokens import stop_token_ids
 
     tokenizer = load_tokenizer(tiny_model)
     stops = stop_token_ids(AutoModelForCausalLM.from_pretrained(str(tiny_model)), tokenizer)

@@ -13,17 +13,15 @@ import os
 from pathlib import Path
 from typing import Any
 
+from arc_pipeline.errors import PipelineError
+from arc_pipeline.models.tokens import PAD_TOKEN, pads_with_an_end_token
+
 log = logging.getLogger(__name__)
 
 MARKER_FILE = "model.json"
-# The Llama 3.1 tokens the pipeline relies on. Training needs a pad token that is not the end of turn
-# (docs/prompts.md): the published run replaced "<|eot_id|>" by the reserved fine-tuning pad token.
-PAD_TOKEN = "<|finetune_right_pad_id|>"
-END_OF_TURN_TOKEN = "<|eot_id|>"
-END_OF_TEXT_TOKEN = "<|end_of_text|>"
 
 
-class ModelFolderError(RuntimeError):
+class ModelFolderError(PipelineError, RuntimeError):
     """A model folder is missing files or has an unusable tokenizer; the message names the folder."""
 
 
@@ -64,7 +62,7 @@ def load_tokenizer(model_dir: str | os.PathLike) -> Any:
 
     path = check_model_dir(model_dir)
     tokenizer = AutoTokenizer.from_pretrained(str(path))
-    if tokenizer.pad_token is None or tokenizer.pad_token_id in _stop_ids(tokenizer):
+    if pads_with_an_end_token(tokenizer):
         if PAD_TOKEN not in tokenizer.get_vocab():
             raise ModelFolderError(
                 f"{path}: the tokenizer pads with {tokenizer.pad_token!r} (an end token or none) and has no "
@@ -76,9 +74,3 @@ def load_tokenizer(model_dir: str | os.PathLike) -> Any:
         raise ModelFolderError(f"{path}: the tokenizer has no chat template")
     return tokenizer
 
-
-def _stop_ids(tokenizer: Any) -> set[int]:
-    ids = {tokenizer.eos_token_id}
-    vocab = tokenizer.get_vocab()
-    ids.update(vocab[token] for token in (END_OF_TURN_TOKEN, END_OF_TEXT_TOKEN) if token in vocab)
-    return {i for i in ids if i is not None}
