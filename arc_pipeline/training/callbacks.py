@@ -1,5 +1,6 @@
-"""Trainer callbacks: the collapse guard, choosing the checkpoint to keep after it fires, and the
-training metrics written at every logging step (so curves can be watched while training runs).
+"""Trainer callbacks: the collapse guard and the training metrics written at every logging step (so
+curves can be watched while training runs). The checkpoint kept after the guard fires is chosen in
+arc_pipeline/training/checkpoints.py.
 
 The guard reads only what the trainer logs (``state.log_history``), so after a resume it replays the
 history and continues with the same streak it had when the job was killed.
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import math
-import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +22,6 @@ log = logging.getLogger(__name__)
 
 TRUNCATED_SHARE_KEY = "completions/clipped_ratio"  # TRL's share of completions without a stop token
 ENTROPY_KEY = "entropy"
-REWARD_KEY = "reward"
-_CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
 
 
 def collapse_reasons(logs: dict[str, Any], config: CollapseGuardConfig) -> list[str]:
@@ -43,7 +42,7 @@ class CollapseGuard(TrainerCallback):
     """Stop training after ``patience`` consecutive logging windows that cross a collapse threshold.
 
     ``stopped_at`` (step), ``streak_start`` (step of the first offending window) and ``reasons`` say
-    what happened; the stage then keeps :func:`best_checkpoint` from before ``streak_start``.
+    what happened; the stage then keeps ``checkpoints.best_checkpoint`` from before ``streak_start``.
     """
 
     def __init__(self, config: CollapseGuardConfig) -> None:
@@ -102,37 +101,16 @@ class LiveMetrics(TrainerCallback):
         return control
 
 
-def checkpoints(folder: str | Path) -> dict[int, Path]:
-    """``checkpoint-N`` folders by step."""
-    folder = Path(folder)
-    if not folder.is_dir():
-        return {}
-    found = {}
-    for entry in folder.iterdir():
-        match = _CHECKPOINT.match(entry.name)
-        if match and entry.is_dir():
-            found[int(match.group(1))] = entry
-    return found
 
-
-def best_checkpoint(folder: str | Path, log_history: list[dict[str, Any]], before_step: int | None) -> Path | None:
-    """The checkpoint with the highest mean reward over the windows since the previous checkpoint.
-
-    Only checkpoints saved before ``before_step`` count; None when there is none with a logged reward.
-    """
-    found = sorted(checkpoints(folder).items())
-    best: tuple[float, int, Path] | None = None
-    previous = 0
-    for step, path in found:
-        if before_step is not None and step >= before_step:
-            break
-        rewards = [
-            entry[REWARD_KEY] for entry in log_history
-            if REWARD_KEY in entry and previous < entry.get("step", 0) <= step and not math.isnan(entry[REWARD_KEY])
-        ]
-        previous = step
-        if rewards:
-            mean = sum(rewards) / len(rewards)
-            if best is None or mean > best[0]:
-                best = (mean, step, path)
-    return None if best is None else best[2]
+def metrics_rows(log_history: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The trainer's log history in long format (``TRAINING_METRICS_SCHEMA``); NaN becomes null."""
+    rows = []
+    for entry in log_history:
+        step = int(entry.get("step", 0))
+        epoch = entry.get("epoch")
+        for name, value in entry.items():
+            if name in ("step", "epoch") or isinstance(value, bool) or not isinstance(value, (int, float)):
+                continue
+            value = float(value)
+            rows.append({"step": step, "epoch": epoch, "name": name, "value": None if math.isnan(value) else value})
+    return rows

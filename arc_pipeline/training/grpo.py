@@ -5,7 +5,7 @@ extra columns carry the augmented task for the reward; the base model gets a LoR
 ``GRPOTrainer`` samples ``num_generations`` completions per prompt, executes them in a shared
 sandbox and scores them; checkpoints go to a folder beside the output every ``save_steps`` and a
 rerun resumes from the last one (unless the config, data or model changed: those are moved aside and
-it starts afresh).
+it starts afresh; arc_pipeline/training/checkpoints.py).
 The output is the final adapter folder (or the best checkpoint before a collapse) plus the per-step
 metrics parquet.
 
@@ -16,21 +16,26 @@ them to patch them, and light CLI commands should not pay for them.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import logging
-import math
 import os
-import shutil
-import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from arc_pipeline.io import InputFileError, current_umask, read_frame, share_like_umask, write_table
+from arc_pipeline.errors import PipelineError
+from arc_pipeline.io import InputFileError, read_frame, replace_folder, share_like_umask, write_table
 from arc_pipeline.models.tokens import adds_bos, stop_token_ids
 from arc_pipeline.schemas import REFINEMENT_SCHEMA, TRAINING_METRICS_SCHEMA
+from arc_pipeline.training.checkpoints import (
+    best_checkpoint,
+    copy_adapter,
+    default_checkpoint_dir,
+    prepare_checkpoint_dir,
+    reached_the_end,
+    run_fingerprint,
+)
 from arc_pipeline.training.config import TrainConfig
 
 log = logging.getLogger(__name__)
@@ -39,13 +44,7 @@ log = logging.getLogger(__name__)
 DATASET_COLUMNS = [
     "prompt", "task_id", "prediction_id", "train_inputs", "train_outputs", "test_inputs", "test_outputs", "test_index",
 ]
-FINGERPRINT_FILE = "run_fingerprint.json"
 SUMMARY_FILE = "training_summary.json"
-# Config fields that do not change what is learned: changing them keeps the checkpoints.
-_NOT_IN_FINGERPRINT = {
-    "report_to", "run_name", "logging_steps", "log_completions", "save_steps", "save_total_limit",
-    "execution_workers", "collapse_guard", "max_steps",
-}
 
 
 # ------------------------------------------------------------------ dataset
@@ -181,7 +180,7 @@ def grpo_arguments(config: TrainConfig, output_dir: str | os.PathLike, reward_we
     # these change what is learned (docs/reproduction.md): never drop them silently
     required = {"vllm_importance_sampling_correction", "use_bias_correction_kl", "optim"} & set(unknown)
     if required:
-        raise SystemExit(f"train: this TRL version has no GRPOConfig fields {sorted(required)}; install trl>=1.15")
+        raise PipelineError(f"train: this TRL version has no GRPOConfig fields {sorted(required)}; install trl>=1.15")
     if unknown:
         log.warning("this TRL version has no GRPOConfig fields %s: left out", unknown)
     return GRPOConfig(**{key: value for key, value in values.items() if key in known})
@@ -209,7 +208,7 @@ def _import_unsloth() -> Any:
         import unsloth  # noqa: F401  (must come before transformers/trl to patch them)
         from unsloth import FastLanguageModel
     except ImportError as error:
-        raise SystemExit(
+        raise PipelineError(
             f"train: backend 'unsloth' needs the unsloth package, which runs on NVIDIA GPUs only ({error}). "
             "Install it with pip install 'arc-pipeline[gpu,unsloth]' on a GPU node, or use backend: trl."
         ) from None
@@ -238,126 +237,6 @@ def _load_unsloth_model(config: TrainConfig, model_dir: str | os.PathLike) -> An
     )
 
 
-# ------------------------------------------------------------------ checkpoints
-
-
-_WHOLE_FILE_BYTES = 4 << 20  # files up to this size are hashed whole; larger ones (weights) sampled
-_SAMPLE_BYTES = 1 << 20
-
-
-def model_content_digest(model_dir: str | os.PathLike) -> str:
-    """A digest of the model folder's content, independent of where the folder lies.
-
-    Small files (configs, tokenizer) are hashed whole; a weight file by its size and its first and last
-    MiB, which tells different models or fine-tunes apart without reading gigabytes. ``model.json``
-    (provenance and build time, not weights) is left out. Symlinks (``source: path``) are followed.
-    """
-    root = Path(model_dir)
-    digest = hashlib.sha256()
-    for path in sorted(p for p in root.rglob("*") if p.is_file() and not p.name.startswith(".")):
-        relative = path.relative_to(root).as_posix()
-        if relative == "model.json":
-            continue
-        size = path.stat().st_size
-        digest.update(f"{relative}\0{size}\0".encode())
-        with path.open("rb") as handle:
-            if size <= _WHOLE_FILE_BYTES:
-                digest.update(handle.read())
-            else:
-                digest.update(handle.read(_SAMPLE_BYTES))
-                handle.seek(size - _SAMPLE_BYTES)
-                digest.update(handle.read(_SAMPLE_BYTES))
-    return digest.hexdigest()
-
-
-def run_fingerprint(config: TrainConfig, dataset_path: str | os.PathLike, model_dir: str | os.PathLike) -> dict:
-    """What identifies a training run: checkpoints of a different run must not be resumed.
-
-    Content only, no absolute path: results/ copied or moved elsewhere (scratch, another clone or
-    mount point) keeps its checkpoints.
-    """
-    digest = hashlib.sha256(Path(dataset_path).read_bytes()).hexdigest()
-    return {
-        "config": config.model_dump(mode="json", exclude=_NOT_IN_FINGERPRINT),
-        "dataset_sha256": digest,
-        "model_sha256": model_content_digest(model_dir),
-    }
-
-
-def _same_run(recorded: dict, fingerprint: dict, model_dir: str | os.PathLike | None) -> bool:
-    if recorded == fingerprint:
-        return True
-    # A marker from before content fingerprints recorded the model's absolute path instead.
-    if "model" in recorded and "model_sha256" not in recorded and model_dir is not None:
-        others = {k: v for k, v in fingerprint.items() if k != "model_sha256"}
-        return {k: v for k, v in recorded.items() if k != "model"} == others and \
-            recorded["model"] == str(Path(model_dir).resolve())
-    return False
-
-
-def last_complete_checkpoint(folder: str | os.PathLike) -> Path | None:
-    """The newest ``checkpoint-N`` that has its trainer state (a kill mid-save leaves none)."""
-    from arc_pipeline.training.callbacks import checkpoints
-
-    for _, path in sorted(checkpoints(folder).items(), reverse=True):
-        if (path / "trainer_state.json").is_file():
-            return path
-    return None
-
-
-def set_aside(folder: Path) -> Path:
-    """Rename ``folder`` to a free ``<name>.set-aside-N`` beside it (checkpoints are never deleted)."""
-    n = 1
-    while (target := folder.with_name(f"{folder.name}.set-aside-{n}")).exists():
-        n += 1
-    os.rename(folder, target)
-    return target
-
-
-def prepare_checkpoint_dir(folder: Path, fingerprint: dict, model_dir: str | os.PathLike | None = None) -> Path | None:
-    """Create the checkpoint folder; return the checkpoint to resume from, if any.
-
-    Checkpoints left by a run with another fingerprint (config, data or model changed) are moved aside,
-    never deleted: days of GPU time may be in them, and the change may have been a mistake.
-    """
-    marker = folder / FINGERPRINT_FILE
-    if marker.is_file() and not _same_run(json.loads(marker.read_text()), fingerprint, model_dir):
-        moved = set_aside(folder)
-        log.warning("%s: checkpoints belong to a different run (config, data or model changed): moved them to %s "
-                    "(delete that folder yourself if it is not needed) and starting afresh", folder, moved)
-    folder.mkdir(parents=True, exist_ok=True)
-    marker.write_text(json.dumps(fingerprint, indent=2, sort_keys=True) + "\n")
-    resume = last_complete_checkpoint(folder)
-    if resume is not None:
-        log.info("resuming from %s", resume)
-    return resume
-
-
-def reached_the_end(checkpoint: Path, config: TrainConfig) -> bool:
-    """Whether the checkpoint is the run's last step (max_steps, or the planned steps of its epochs)."""
-    state = json.loads((checkpoint / "trainer_state.json").read_text())
-    step = int(state.get("global_step", 0))
-    end = config.max_steps if config.max_steps > 0 else int(state.get("max_steps") or 0)
-    return end > 0 and step >= end
-
-
-# ------------------------------------------------------------------ metrics
-
-
-def metrics_rows(log_history: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The trainer's log history in long format (``TRAINING_METRICS_SCHEMA``); NaN becomes null."""
-    rows = []
-    for entry in log_history:
-        step = int(entry.get("step", 0))
-        epoch = entry.get("epoch")
-        for name, value in entry.items():
-            if name in ("step", "epoch") or isinstance(value, bool) or not isinstance(value, (int, float)):
-                continue
-            value = float(value)
-            rows.append({"step": step, "epoch": epoch, "name": name, "value": None if math.isnan(value) else value})
-    return rows
-
-
 # ------------------------------------------------------------------ the run
 
 
@@ -368,11 +247,6 @@ class TrainResult:
     stopped_by_guard: bool
     kept_checkpoint: str | None
     dataset: dict = field(default_factory=dict)
-
-
-def default_checkpoint_dir(output: Path) -> Path:
-    """Beside the output, so a failed job's cleanup of its outputs never deletes the checkpoints."""
-    return output.with_name(f"{output.name}_checkpoints")
 
 
 def train(
@@ -396,12 +270,12 @@ def train(
         import torch
 
         if not torch.cuda.is_available():
-            raise SystemExit("train: use_vllm and the unsloth backend need a CUDA GPU, and none is visible")
+            raise PipelineError("train: use_vllm and the unsloth backend need a CUDA GPU, and none is visible")
     from trl import GRPOTrainer
 
     from arc_pipeline.sandbox import Sandbox, SandboxConfig
     from arc_pipeline.scoring.rules import max_output_side
-    from arc_pipeline.training.callbacks import CollapseGuard, LiveMetrics, best_checkpoint
+    from arc_pipeline.training.callbacks import CollapseGuard, LiveMetrics, metrics_rows
     from arc_pipeline.training.rewards import ArcReward, soft_overlong_penalty
 
     output = Path(output)
@@ -466,7 +340,7 @@ def train(
 def _finished_from_checkpoint(checkpoint: Path, config: TrainConfig, output: Path,
                               metrics_path: str | os.PathLike) -> TrainResult:
     """Write the adapter and metrics of a checkpoint that already reached max_steps (no training step)."""
-    from arc_pipeline.training.callbacks import CollapseGuard
+    from arc_pipeline.training.callbacks import CollapseGuard, metrics_rows
 
     state = json.loads((checkpoint / "trainer_state.json").read_text())
     log.info("%s already reached max_steps=%d: writing its adapter without training", checkpoint, config.max_steps)
@@ -481,34 +355,17 @@ def _finished_from_checkpoint(checkpoint: Path, config: TrainConfig, output: Pat
 
 def _write_adapter(trainer: Any, output: Path, kept: Path | None, config: TrainConfig, result: TrainResult,
                    guard: Any) -> None:
-    """Write the adapter into a hidden sibling, then swap it into place (never half-written)."""
-    output.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{output.name}.", suffix=".tmp", dir=output.parent))
-    staging.chmod(0o777 & ~current_umask())  # mkdtemp makes it private; the adapter is shared
-    try:
+    """Write the adapter (the trainer's, or the kept checkpoint's) and the run summary, swapped in atomically."""
+    with replace_folder(output) as staging:
         if kept is None:
             trainer.save_model(str(staging))
         else:
-            for entry in kept.iterdir():
-                if entry.is_file() and (entry.name.startswith("adapter_") or entry.suffix in (".json", ".jinja")):
-                    if entry.name not in ("trainer_state.json", "rng_state.pth", FINGERPRINT_FILE):
-                        shutil.copy2(entry, staging / entry.name)
+            copy_adapter(kept, staging)
         summary = {
             **dataclasses.asdict(result),
             "collapse_reasons": guard.reasons if result.stopped_by_guard else [],
             "config": config.model_dump(mode="json"),
         }
         (staging / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n")
-        share_like_umask(staging)  # safetensors writes the adapter 0600
-        if output.exists():
-            old = output.with_name(f".{output.name}.old-{os.getpid()}")
-            os.rename(output, old)
-            os.rename(staging, output)
-            shutil.rmtree(old)
-        else:
-            os.rename(staging, output)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
     log.info("adapter written to %s (step %d%s)", output, result.global_step,
              f", kept {result.kept_checkpoint}" if result.kept_checkpoint else "")

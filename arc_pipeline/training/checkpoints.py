@@ -1,0 +1,185 @@
+"""Training checkpoints: which run they belong to, which one to resume from, which one to keep.
+
+Checkpoints (``checkpoint-N`` folders, written by the trainer every ``save_steps``) lie in a folder
+beside the output, with ``run_fingerprint.json`` saying which run wrote them: a rerun resumes from the
+last complete one unless the config, data or model changed, in which case they are moved aside (never
+deleted). After the collapse guard fires, :func:`best_checkpoint` picks the one to keep as the output.
+
+No heavy import here: the trainer's files are read as JSON.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import os
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+from arc_pipeline.training.config import TrainConfig
+
+log = logging.getLogger(__name__)
+
+FINGERPRINT_FILE = "run_fingerprint.json"
+REWARD_KEY = "reward"  # the trainer's logged mean reward of a window
+# Config fields that do not change what is learned: changing them keeps the checkpoints.
+_NOT_IN_FINGERPRINT = {
+    "report_to", "run_name", "logging_steps", "log_completions", "save_steps", "save_total_limit",
+    "execution_workers", "collapse_guard", "max_steps",
+}
+_CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
+_WHOLE_FILE_BYTES = 4 << 20  # files up to this size are hashed whole; larger ones (weights) sampled
+_SAMPLE_BYTES = 1 << 20
+
+
+def default_checkpoint_dir(output: Path) -> Path:
+    """Beside the output, so a failed job's cleanup of its outputs never deletes the checkpoints."""
+    return output.with_name(f"{output.name}_checkpoints")
+
+
+# ------------------------------------------------------------------ which run
+
+
+def model_content_digest(model_dir: str | os.PathLike) -> str:
+    """A digest of the model folder's content, independent of where the folder lies.
+
+    Small files (configs, tokenizer) are hashed whole; a weight file by its size and its first and last
+    MiB, which tells different models or fine-tunes apart without reading gigabytes. ``model.json``
+    (provenance and build time, not weights) is left out. Symlinks (``source: path``) are followed.
+    """
+    root = Path(model_dir)
+    digest = hashlib.sha256()
+    for path in sorted(p for p in root.rglob("*") if p.is_file() and not p.name.startswith(".")):
+        relative = path.relative_to(root).as_posix()
+        if relative == "model.json":
+            continue
+        size = path.stat().st_size
+        digest.update(f"{relative}\0{size}\0".encode())
+        with path.open("rb") as handle:
+            if size <= _WHOLE_FILE_BYTES:
+                digest.update(handle.read())
+            else:
+                digest.update(handle.read(_SAMPLE_BYTES))
+                handle.seek(size - _SAMPLE_BYTES)
+                digest.update(handle.read(_SAMPLE_BYTES))
+    return digest.hexdigest()
+
+
+def run_fingerprint(config: TrainConfig, dataset_path: str | os.PathLike, model_dir: str | os.PathLike) -> dict:
+    """What identifies a training run: checkpoints of a different run must not be resumed.
+
+    Content only, no absolute path: results/ copied or moved elsewhere (scratch, another clone or
+    mount point) keeps its checkpoints.
+    """
+    digest = hashlib.sha256(Path(dataset_path).read_bytes()).hexdigest()
+    return {
+        "config": config.model_dump(mode="json", exclude=_NOT_IN_FINGERPRINT),
+        "dataset_sha256": digest,
+        "model_sha256": model_content_digest(model_dir),
+    }
+
+
+def _same_run(recorded: dict, fingerprint: dict, model_dir: str | os.PathLike | None) -> bool:
+    if recorded == fingerprint:
+        return True
+    # A marker from before content fingerprints recorded the model's absolute path instead.
+    if "model" in recorded and "model_sha256" not in recorded and model_dir is not None:
+        others = {k: v for k, v in fingerprint.items() if k != "model_sha256"}
+        return {k: v for k, v in recorded.items() if k != "model"} == others and \
+            recorded["model"] == str(Path(model_dir).resolve())
+    return False
+
+
+def set_aside(folder: Path) -> Path:
+    """Rename ``folder`` to a free ``<name>.set-aside-N`` beside it (checkpoints are never deleted)."""
+    n = 1
+    while (target := folder.with_name(f"{folder.name}.set-aside-{n}")).exists():
+        n += 1
+    os.rename(folder, target)
+    return target
+
+
+def prepare_checkpoint_dir(folder: Path, fingerprint: dict, model_dir: str | os.PathLike | None = None) -> Path | None:
+    """Create the checkpoint folder; return the checkpoint to resume from, if any.
+
+    Checkpoints left by a run with another fingerprint (config, data or model changed) are moved aside,
+    never deleted: days of GPU time may be in them, and the change may have been a mistake.
+    """
+    marker = folder / FINGERPRINT_FILE
+    if marker.is_file() and not _same_run(json.loads(marker.read_text()), fingerprint, model_dir):
+        moved = set_aside(folder)
+        log.warning("%s: checkpoints belong to a different run (config, data or model changed): moved them to %s "
+                    "(delete that folder yourself if it is not needed) and starting afresh", folder, moved)
+    folder.mkdir(parents=True, exist_ok=True)
+    marker.write_text(json.dumps(fingerprint, indent=2, sort_keys=True) + "\n")
+    resume = last_complete_checkpoint(folder)
+    if resume is not None:
+        log.info("resuming from %s", resume)
+    return resume
+
+
+# ------------------------------------------------------------------ which checkpoint
+
+
+def checkpoints(folder: str | Path) -> dict[int, Path]:
+    """``checkpoint-N`` folders by step."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return {}
+    found = {}
+    for entry in folder.iterdir():
+        match = _CHECKPOINT.match(entry.name)
+        if match and entry.is_dir():
+            found[int(match.group(1))] = entry
+    return found
+
+
+def last_complete_checkpoint(folder: str | os.PathLike) -> Path | None:
+    """The newest ``checkpoint-N`` that has its trainer state (a kill mid-save leaves none)."""
+    for _, path in sorted(checkpoints(folder).items(), reverse=True):
+        if (path / "trainer_state.json").is_file():
+            return path
+    return None
+
+
+def reached_the_end(checkpoint: Path, config: TrainConfig) -> bool:
+    """Whether the checkpoint is the run's last step (max_steps, or the planned steps of its epochs)."""
+    state = json.loads((checkpoint / "trainer_state.json").read_text())
+    step = int(state.get("global_step", 0))
+    end = config.max_steps if config.max_steps > 0 else int(state.get("max_steps") or 0)
+    return end > 0 and step >= end
+
+
+def best_checkpoint(folder: str | Path, log_history: list[dict[str, Any]], before_step: int | None) -> Path | None:
+    """The checkpoint with the highest mean reward over the windows since the previous checkpoint.
+
+    Only checkpoints saved before ``before_step`` count; None when there is none with a logged reward.
+    """
+    found = sorted(checkpoints(folder).items())
+    best: tuple[float, int, Path] | None = None
+    previous = 0
+    for step, path in found:
+        if before_step is not None and step >= before_step:
+            break
+        rewards = [
+            entry[REWARD_KEY] for entry in log_history
+            if REWARD_KEY in entry and previous < entry.get("step", 0) <= step and not math.isnan(entry[REWARD_KEY])
+        ]
+        previous = step
+        if rewards:
+            mean = sum(rewards) / len(rewards)
+            if best is None or mean > best[0]:
+                best = (mean, step, path)
+    return None if best is None else best[2]
+
+
+def copy_adapter(checkpoint: Path, folder: Path) -> None:
+    """Copy a checkpoint's adapter (weights, configs, tokenizer) into ``folder``, without the trainer's state."""
+    for entry in checkpoint.iterdir():
+        wanted = entry.name.startswith("adapter_") or entry.suffix in (".json", ".jinja")
+        if entry.is_file() and wanted and entry.name not in ("trainer_state.json", "rng_state.pth", FINGERPRINT_FILE):
+            shutil.copy2(entry, folder / entry.name)
