@@ -4,6 +4,9 @@ Each command lives in its own module exposing ``configure(parser)`` and ``run(ar
 imported only when their command runs, so light commands never import torch or vLLM.
 Stage commands take their slice of the workflow config as ``--config-json`` (what Snakemake passes
 from ``params:``), validated by the stage's own pydantic model.
+A :class:`~arc_pipeline.errors.PipelineError` (a missing input, a bad config field) ends a command with one
+line, ``arc-pipeline <command>: <message>``, and exit status 1; any other exception is a bug and keeps its
+traceback.
 """
 
 from __future__ import annotations
@@ -13,7 +16,9 @@ import importlib
 import json
 import logging
 import sys
+from types import ModuleType
 
+from arc_pipeline.errors import PipelineError
 from arc_pipeline.logging_setup import output_to_log, setup_logging
 
 # command name -> (module, one-line help)
@@ -40,7 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="arc-pipeline", description=__doc__.splitlines()[0])
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     parser.add_argument("--log-file", help="also write everything the command prints (its log, library output, "
-                        "warnings, the error with its traceback) to this file")
+                        "warnings, the error that ended it) to this file")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, (_, help_text) in COMMANDS.items():
         subparsers.add_parser(name, help=help_text, add_help=False)
@@ -63,6 +68,17 @@ def _pin_gpus(command: str, args: argparse.Namespace) -> None:
     pin_gpus(count)
 
 
+def _run(command: str, module: ModuleType, args: argparse.Namespace) -> int:
+    """The command's exit status; a PipelineError becomes its one line on stderr and status 1."""
+    try:
+        _pin_gpus(command, args)
+        return int(module.run(args) or 0)
+    except PipelineError as error:
+        # The message names the file or field and says what to do (arc_pipeline/errors.py): no traceback.
+        print(f"arc-pipeline {command}: {error}", file=sys.stderr, flush=True)
+        return 1
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
@@ -76,22 +92,16 @@ def main(argv: list[str] | None = None) -> int:
     if not known.log_file:
         setup_logging(verbose=known.verbose)
         logging.getLogger("arc_pipeline").debug("command %s with %s", known.command, vars(args))
-        _pin_gpus(known.command, args)
-        return int(module.run(args) or 0)
+        return _run(known.command, module, args)
     with output_to_log(known.log_file):
         setup_logging(verbose=known.verbose)
         log = logging.getLogger("arc_pipeline")
         log.debug("command %s with %s", known.command, vars(args))
-        # Snakemake runs stages with --log-file: the cause of a failure is logged (so it lands in the
-        # rule's log with its traceback), then the exit status alone is raised to avoid printing it twice.
+        # Snakemake runs stages with --log-file: a PipelineError's line lands in the rule's log like all of
+        # stderr; a bug is logged with its traceback, then the exit status alone is raised to avoid
+        # printing it twice.
         try:
-            _pin_gpus(known.command, args)
-            return int(module.run(args) or 0)
-        except SystemExit as stop:
-            if stop.code is None or isinstance(stop.code, int):
-                raise
-            log.error("%s failed: %s", known.command, stop.code)
-            raise SystemExit(1) from None
+            return _run(known.command, module, args)
         except KeyboardInterrupt:
             log.error("%s interrupted", known.command)
             raise

@@ -8,6 +8,8 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from arc_pipeline.errors import PipelineError
+
 Model = TypeVar("Model", bound=BaseModel)
 
 
@@ -35,6 +37,6 @@ def parse_config(args: argparse.Namespace, model: type[Model]) -> Model:
         check_unknown_fields(value, model, model.__name__)
         return model.model_validate(value)
     except json.JSONDecodeError as error:
-        raise SystemExit(f"--config-json is not valid JSON: {error}") from None
+        raise PipelineError(f"--config-json is not valid JSON: {error}") from None
     except (ValidationError, ValueError) as error:
-        raise SystemExit(f"invalid config for {model.__name__}:\n{error}") from None
+        raise PipelineError(f"invalid config for {model.__name__}:\n{error}") from None

@@ -13,6 +13,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from arc_pipeline.config_args import check_unknown_fields
+from arc_pipeline.errors import PipelineError
 
 # config section (path of keys) -> "module:Model" of the stage that consumes it
 SECTION_MODELS: dict[tuple[str, ...], str] = {
@@ -29,8 +30,8 @@ SECTION_MODELS: dict[tuple[str, ...], str] = {
 }
 
 
-class ConfigError(ValueError):
-    pass
+class ConfigError(PipelineError, ValueError):
+    """A config section its stage's model rejects; the message names the section and the field."""
 
 
 def load_model(spec: str):

@@ -21,6 +21,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from arc_pipeline.errors import PipelineError
+
 log = logging.getLogger(__name__)
 
 _held: list[int] = []  # lock file descriptors held for the life of the process
@@ -45,7 +47,8 @@ def default_lock_dir() -> Path:
 def acquire(count: int, n_gpus: int, lock_dir: Path, poll_s: float = 5.0) -> list[int]:
     """Lock ``count`` of the GPUs ``0..n_gpus-1`` (waiting while others hold them); return their indices."""
     if count > n_gpus:
-        raise SystemExit(f"this job needs {count} GPUs and the machine has {n_gpus}")
+        raise PipelineError(f"this job needs {count} GPUs and the machine has {n_gpus}: "
+                            f"lower inference.tensor_parallel_size to at most {n_gpus}")
     lock_dir.mkdir(parents=True, exist_ok=True)
     waited = False
     while True:

@@ -104,9 +104,5 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        sys.stdout.write(render(args.path, args.rows, args.where, args.columns, args.full) + "\n")
-    except InputFileError as error:
-        sys.stderr.write(f"{error}\n")
-        return 1
+    sys.stdout.write(render(args.path, args.rows, args.where, args.columns, args.full) + "\n")
     return 0

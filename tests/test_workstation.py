@@ -16,6 +16,7 @@ import pytest
 from snakemake import cli
 from snakemake.workflow import Workflow
 
+from arc_pipeline.errors import PipelineError
 from arc_pipeline.gpu_slots import acquire, pin_gpus
 from tests.test_profiles import GPU_RULES, workdir  # noqa: F401  (workdir: a throwaway copy of the workflow)
 
@@ -85,5 +86,5 @@ def test_concurrent_jobs_get_different_gpus_and_wait_for_a_free_one(tmp_path: Pa
 def test_pinning_leaves_a_set_cuda_visible_devices_alone(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")
     assert pin_gpus(1) is None and os.environ["CUDA_VISIBLE_DEVICES"] == "3"
-    with pytest.raises(SystemExit, match="needs 2 GPUs and the machine has 1"):
+    with pytest.raises(PipelineError, match="needs 2 GPUs and the machine has 1"):
         acquire(2, 1, tmp_path)

@@ -20,6 +20,7 @@ import polars as pl
 
 from arc_pipeline.domain.grids import MAX_GRID_SIDE, N_COLORS, Grid
 from arc_pipeline.domain.tasks import Task
+from arc_pipeline.errors import PipelineError
 from arc_pipeline.io import write_text
 
 ATTEMPT_KEYS = ("attempt_1", "attempt_2")
@@ -28,7 +29,7 @@ PLACEHOLDER: list[list[int]] = [[0]]
 Submission = dict[str, list[dict[str, list[list[int]]]]]
 
 
-class SubmissionError(ValueError):
+class SubmissionError(PipelineError, ValueError):
     """A submission that Kaggle would reject or mis-score; ``problems`` lists every reason."""
 
     def __init__(self, problems: list[str]):

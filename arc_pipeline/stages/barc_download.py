@@ -18,6 +18,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from arc_pipeline.config_args import add_config_argument, parse_config
+from arc_pipeline.errors import PipelineError
+from arc_pipeline.io import InputFileError
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +53,7 @@ def download_from_hub(config: BarcDownloadConfig, output: Path) -> None:
             )
             shutil.copyfile(path, output)
     except Exception as error:  # the hub client raises many types for "no network"
-        raise SystemExit(
+        raise PipelineError(
             f"could not download {config.filename} from the dataset {config.repo_id}@{config.revision}: "
             f"{type(error).__name__}: {error}\n"
             "Offline? Download the file on a machine with access and set in your config:\n"
@@ -67,9 +69,9 @@ def fetch(config: BarcDownloadConfig, output: Path) -> None:
     else:
         source = bundled_sample_path() if config.source == "bundled" else Path(config.local_path or "")
         if config.source == "local" and not config.local_path:
-            raise SystemExit("barc.download.local_path must be set when barc.download.source is 'local'")
+            raise PipelineError("barc.download.local_path must be set when barc.download.source is 'local'")
         if not source.is_file():
-            raise SystemExit(f"{source}: BARC jsonl not found (barc.download.local_path)")
+            raise InputFileError(f"{source}: BARC jsonl not found (barc.download.local_path)")
         shutil.copyfile(source, partial)
     partial.replace(output)
     log.info("BARC data (%s) -> %s", config.source, output)

@@ -15,6 +15,7 @@ import polars as pl
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt
 
 from arc_pipeline.config_args import add_config_argument, parse_config
+from arc_pipeline.errors import PipelineError
 from arc_pipeline.io import read_frame, write_table
 from arc_pipeline.schemas import TASKS_SCHEMA
 
@@ -37,8 +38,8 @@ def part_task_ids(task_ids: list[str], part: int, config: BarcSplitConfig) -> li
     shuffled = np.random.default_rng(config.seed).permutation(sorted(task_ids)).tolist()
     needed = config.n_parts * config.tasks_per_part
     if len(shuffled) < needed:
-        raise SystemExit(f"{config.n_parts} parts x {config.tasks_per_part} tasks need {needed} tasks, "
-                         f"but only {len(shuffled)} exist: lower barc.split.tasks_per_part or n_parts")
+        raise PipelineError(f"{config.n_parts} parts x {config.tasks_per_part} tasks need {needed} tasks, "
+                            f"but only {len(shuffled)} exist: lower barc.split.tasks_per_part or n_parts")
     start = (part - 1) * config.tasks_per_part
     return shuffled[start: start + config.tasks_per_part]
 

@@ -23,7 +23,7 @@ from tqdm import tqdm
 from arc_pipeline.config_args import add_config_argument, parse_config
 from arc_pipeline.domain.grids import Grid, GridError, as_grid
 from arc_pipeline.domain.tasks import Pair, Task
-from arc_pipeline.io import write_table, write_text
+from arc_pipeline.io import InputFileError, write_table, write_text
 from arc_pipeline.schemas import TASKS_SCHEMA
 
 log = logging.getLogger(__name__)
@@ -111,7 +111,7 @@ def read_rows(path: Path) -> Iterator[tuple[int, Any | None, str | None]]:
 
 def convert(jsonl: Path, output: Path, config: BarcTasksConfig) -> dict[str, Any]:
     if not jsonl.is_file():
-        raise SystemExit(f"{jsonl}: BARC jsonl not found")
+        raise InputFileError(f"{jsonl}: BARC jsonl not found")
     tasks, skipped = [], Counter()
     for row_index, row, json_error in tqdm(read_rows(jsonl), desc="barc rows", unit="row", mininterval=2):
         try:
@@ -124,7 +124,7 @@ def convert(jsonl: Path, output: Path, config: BarcTasksConfig) -> dict[str, Any
     summary = {"input": str(jsonl), "rows": len(tasks) + sum(skipped.values()), "tasks": len(tasks),
                "skipped": dict(sorted(skipped.items()))}
     if not tasks:
-        raise SystemExit(f"{jsonl}: no usable rows ({summary['skipped']})")
+        raise InputFileError(f"{jsonl}: no usable rows ({summary['skipped']})")
     write_table(tasks, output, TASKS_SCHEMA)
     summary_path = output.with_name(output.stem + ".summary.json")
     write_text(json.dumps(summary, indent=2) + "\n", summary_path)

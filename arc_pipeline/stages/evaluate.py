@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from arc_pipeline.config_args import add_config_argument, parse_config
 from arc_pipeline.task_files import read_tasks_by_id
 from arc_pipeline.domain.tasks import Task
+from arc_pipeline.errors import PipelineError
 from arc_pipeline.evaluation import analysis, plots
 from arc_pipeline.evaluation.html import page
 from arc_pipeline.evaluation.published import comparison_table
@@ -154,9 +155,9 @@ def read_training_metrics(path: Path | None) -> pl.DataFrame:
 
 def check_inputs(args: argparse.Namespace, tasks: dict[str, Task], baseline: pl.DataFrame) -> None:
     if not (len(args.refiners) == len(args.refinements) == len(args.refinement_predictions)):
-        raise SystemExit(f"--refiners ({len(args.refiners)}), --refinement-predictions "
-                         f"({len(args.refinement_predictions)}) and --refinements ({len(args.refinements)}) "
-                         "must be given once per refiner, in the same order")
+        raise PipelineError(f"--refiners ({len(args.refiners)}), --refinement-predictions "
+                            f"({len(args.refinement_predictions)}) and --refinements ({len(args.refinements)}) "
+                            "must be given once per refiner, in the same order")
     unknown = set(baseline["task_id"].unique().to_list()) - set(tasks)
     if unknown:
         raise InputFileError(f"{args.baseline}: tasks not in {args.tasks}: {sorted(unknown)[:5]}")
@@ -206,7 +207,7 @@ def evaluate(args: argparse.Namespace, config: EvaluateConfig) -> dict[str, Path
                                       tasks_md)]), out / "tasks.html")
     if config.compare_with_published:
         if args.execution_rules is None:
-            raise SystemExit("evaluate: compare_with_published needs --execution-rules (the rules the runs used)")
+            raise PipelineError("compare_with_published needs --execution-rules (the rules the runs used)")
         published_md = to_markdown(comparison_table(results, args.execution_rules))
         write_text(published_md, out / "published.md")
         write_text(page("This run beside the published results",
@@ -261,6 +262,6 @@ def run(args: argparse.Namespace) -> int:
     config = parse_config(args, EvaluateConfig)
     try:
         evaluate(args, config)
-    except ValueError as error:
-        raise SystemExit(f"evaluate: {error}") from None
+    except ValueError as error:  # inputs that do not fit together (runs, submission): the message says which
+        raise PipelineError(str(error)) from None
     return 0

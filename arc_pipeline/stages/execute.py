@@ -94,8 +94,8 @@ def _read_inputs(args: argparse.Namespace) -> tuple[pl.DataFrame, dict[str, Task
         predictions = read_frame(args.predictions, columns)
         tasks = read_tasks_by_id([args.tasks])
         check_predictions(predictions, tasks, source=str(args.predictions))
-    except (InputFileError, ValueError) as error:
-        raise SystemExit(str(error)) from None
+    except ValueError as error:  # check_predictions' message names the predictions file
+        raise InputFileError(str(error)) from None
     return predictions, tasks
 
 

@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from arc_pipeline.config_args import add_config_argument, parse_config
 from arc_pipeline.task_files import read_tasks_by_id
 from arc_pipeline.domain.tasks import Task
+from arc_pipeline.errors import PipelineError
 from arc_pipeline.evaluation.runs import first_half
 from arc_pipeline.generation.engine import added_prompt_tokens, prompt_token_limit
 from arc_pipeline.io import InputFileError, read_frame, write_table
@@ -114,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
 
     config = parse_config(args, RefinePromptsConfig)
     if args.first_predictions < 1:
-        raise SystemExit(f"--first-predictions must be at least 1, got {args.first_predictions}")
+        raise PipelineError(f"--first-predictions must be at least 1, got {args.first_predictions}")
     tasks = read_tasks_by_id([args.tasks])
     predictions = read_frame(args.predictions, PREDICTIONS_SCHEMA)
     executions = read_frame(args.executions, EXECUTIONS_SCHEMA)
@@ -125,8 +126,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         rows, dropped, counts = build_prompts(tasks, predictions, executions, tokenizer, args.first_predictions,
                                               config)
-    except ValueError as error:
-        raise SystemExit(f"refine-prompts: {error}") from None
+    except ValueError as error:  # the config leaves no room for a prompt: the message names the fields
+        raise PipelineError(str(error)) from None
     log.info("refinement prompts: %s", ", ".join(f"{key} {value}" for key, value in counts.items()))
     if not rows:
         log.warning("no task has a wrong first-half prediction with valid outputs: no refinement prompts")

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import polars as pl
 
+from arc_pipeline.errors import PipelineError
 from arc_pipeline.io import read_frame, write_table
 from arc_pipeline.schemas import TASKS_SCHEMA
 
@@ -47,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         shard = take_shard(frame, args.index, args.count)
     except ValueError as error:
-        raise SystemExit(f"shard: {error}") from None
+        raise PipelineError(f"--index {args.index} --count {args.count}: {error}") from None
     if shard.height == 0:
         log.warning("%s: shard %d of %d is empty (%d tasks)", args.tasks, args.index, args.count, frame.height)
     log.info("%s: shard %d of %d holds %d of %d tasks", args.tasks, args.index, args.count, shard.height,

@@ -14,6 +14,8 @@ import logging
 from pathlib import Path
 
 from arc_pipeline.config_args import add_config_argument, parse_config
+from arc_pipeline.io import check_parquet
+from arc_pipeline.schemas import REFINEMENT_SCHEMA
 from arc_pipeline.training.config import TrainConfig
 
 log = logging.getLogger(__name__)
@@ -31,9 +33,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from arc_pipeline.models.folder import check_model_dir
     from arc_pipeline.training.grpo import train
 
     config = parse_config(args, TrainConfig)
+    # The inputs are checked here, in a second: training reads them only after importing torch and TRL.
+    check_parquet(args.dataset, REFINEMENT_SCHEMA)
+    check_model_dir(args.model)
     config = config.model_copy(update={"execution_workers": config.reward_workers(args.threads)})
     result = train(config, args.dataset, args.model, args.output, args.metrics, args.checkpoint_dir)
     log.info(

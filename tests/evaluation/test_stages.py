@@ -34,12 +34,17 @@ def tiny_model(tmp_path_factory) -> Path:
     return output
 
 
-def refine_prompts(paths: dict[str, Path], model: Path, output: Path, k: int, first: int = 2, **extra) -> pl.DataFrame:
+def refine_prompts_status(paths: dict[str, Path], model: Path, output: Path, k: int, first: int = 2, **extra) -> int:
     config = {"refinement_prompts": k, **extra}
-    cli_main(["refine-prompts", "--tasks", str(paths["tasks"]), "--predictions", str(paths["baseline_predictions"]),
-              "--executions", str(paths["baseline"]), "--model", str(model), "--first-predictions", str(first),
-              "--output", str(output), "--dropped", str(output.with_suffix(".dropped.parquet")),
-              "--config-json", json.dumps(config)])
+    return cli_main(["refine-prompts", "--tasks", str(paths["tasks"]),
+                     "--predictions", str(paths["baseline_predictions"]),
+                     "--executions", str(paths["baseline"]), "--model", str(model), "--first-predictions", str(first),
+                     "--output", str(output), "--dropped", str(output.with_suffix(".dropped.parquet")),
+                     "--config-json", json.dumps(config)])
+
+
+def refine_prompts(paths: dict[str, Path], model: Path, output: Path, k: int, first: int = 2, **extra) -> pl.DataFrame:
+    assert refine_prompts_status(paths, model, output, k, first, **extra) == 0
     return read_frame(output, REFINEMENT_SCHEMA)
 
 
@@ -76,7 +81,7 @@ def test_refine_prompts_first_half_and_length_limit(tiny_model, tmp_path):
     assert dropped_prompts(tmp_path / "all.parquet").height == 0
 
 
-def test_refine_prompts_drop_what_the_refinement_context_cannot_hold(tiny_model, tmp_path):
+def test_refine_prompts_drop_what_the_refinement_context_cannot_hold(tiny_model, tmp_path, capsys):
     """The limit is the refinement inference's max_model_len - max_tokens (one more BOS with double_bos)."""
     paths = data.write_inputs(tmp_path)
     fits = refine_prompts(paths, tiny_model, tmp_path / "fits.parquet", k=2, max_model_len=100_000, max_tokens=10)
@@ -91,21 +96,22 @@ def test_refine_prompts_drop_what_the_refinement_context_cannot_hold(tiny_model,
     assert dropped.height == (fits["prompt_tokens"] == longest).sum() > 0
     assert kept.height + dropped.height == fits.height
     assert set(dropped["prompt_tokens"].to_list()) == {longest}
-    with pytest.raises(SystemExit, match="leaves no room"):
-        refine_prompts(paths, tiny_model, tmp_path / "none.parquet", k=2, max_model_len=10, max_tokens=10)
+    assert refine_prompts_status(paths, tiny_model, tmp_path / "none.parquet", k=2, max_model_len=10,
+                                 max_tokens=10) == 1
+    assert "leaves no room" in capsys.readouterr().err
 
 
-def run_evaluate(paths: dict[str, Path], out: Path, extra_args: tuple[str, ...] = (), **config) -> None:
-    cli_main(["evaluate", "--tasks", str(paths["tasks"]),
-              "--baseline-predictions", str(paths["baseline_predictions"]), "--baseline", str(paths["baseline"]),
-              "--refiners", "base", "rl",
-              "--refinement-predictions", str(paths["base_predictions"]), str(paths["rl_predictions"]),
-              "--refinements", str(paths["base"]), str(paths["rl"]),
-              "--training-metrics", str(paths["training_metrics"]), "--output-dir", str(out), *extra_args,
-              "--config-json", json.dumps({"n_eval": data.N_EVAL, "refinement_prompts": data.K, **config})])
+def run_evaluate(paths: dict[str, Path], out: Path, extra_args: tuple[str, ...] = (), **config) -> int:
+    return cli_main(["evaluate", "--tasks", str(paths["tasks"]),
+                     "--baseline-predictions", str(paths["baseline_predictions"]), "--baseline", str(paths["baseline"]),
+                     "--refiners", "base", "rl",
+                     "--refinement-predictions", str(paths["base_predictions"]), str(paths["rl_predictions"]),
+                     "--refinements", str(paths["base"]), str(paths["rl"]),
+                     "--training-metrics", str(paths["training_metrics"]), "--output-dir", str(out), *extra_args,
+                     "--config-json", json.dumps({"n_eval": data.N_EVAL, "refinement_prompts": data.K, **config})])
 
 
-def test_evaluate_stage_end_to_end(tiny_model, tmp_path):
+def test_evaluate_stage_end_to_end(tiny_model, tmp_path, capsys):
     paths = data.write_inputs(tmp_path / "in")
     out = tmp_path / "report"
     # refine-prompts with a context too small for any prompt: all of them dropped
@@ -113,8 +119,8 @@ def test_evaluate_stage_end_to_end(tiny_model, tmp_path):
     dropped = tmp_path / "prompts.dropped.parquet"
     n_dropped = read_frame(dropped, REFINEMENT_SCHEMA).height
     assert kept.height == 0 and n_dropped == 2 * data.K
-    with pytest.raises(SystemExit, match="--execution-rules"):
-        run_evaluate(paths, out, compare_with_published=True)
+    assert run_evaluate(paths, out, compare_with_published=True) == 1
+    assert "--execution-rules" in capsys.readouterr().err
     run_evaluate(paths, out, ("--dropped-refinement-prompts", str(dropped), "--execution-rules", "strict"),
                  compare_with_published=True)
 
@@ -154,15 +160,15 @@ def test_evaluate_stage_end_to_end(tiny_model, tmp_path):
         assert (out / name).stat().st_size > 5000
 
 
-def test_evaluate_without_published_and_with_mismatched_arguments(tmp_path):
+def test_evaluate_without_published_and_with_mismatched_arguments(tmp_path, capsys):
     paths = data.write_inputs(tmp_path / "in")
     out = tmp_path / "report"
     run_evaluate(paths, out)
     assert not (out / "published.md").exists()
-    with pytest.raises(SystemExit, match="once per refiner"):
-        cli_main(["evaluate", "--tasks", str(paths["tasks"]), "--baseline-predictions",
-                  str(paths["baseline_predictions"]), "--baseline", str(paths["baseline"]), "--refiners", "rl",
-                  "--refinement-predictions", "--refinements", str(paths["rl"]), "--output-dir", str(out)])
+    assert cli_main(["evaluate", "--tasks", str(paths["tasks"]), "--baseline-predictions",
+                     str(paths["baseline_predictions"]), "--baseline", str(paths["baseline"]), "--refiners", "rl",
+                     "--refinement-predictions", "--refinements", str(paths["rl"]), "--output-dir", str(out)]) == 1
+    assert "once per refiner" in capsys.readouterr().err
 
 
 def test_evaluate_with_unknown_test_solutions(tmp_path):

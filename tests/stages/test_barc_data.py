@@ -10,6 +10,7 @@ import pytest
 
 from arc_pipeline.cli import main
 from arc_pipeline.domain.tasks import Task
+from arc_pipeline.errors import PipelineError
 from arc_pipeline.stages.barc_download import BarcDownloadConfig, bundled_sample_path, fetch
 from arc_pipeline.stages.barc_split import BarcSplitConfig, part_task_ids
 from arc_pipeline.stages.barc_tasks import TRAIN_PAIRS_WEIGHTS, BarcTasksConfig, convert, row_to_task
@@ -96,7 +97,7 @@ def test_split_parts_are_disjoint_blocks_of_one_shuffle() -> None:
     assert all(len(part) == 5 for part in parts)
     assert len(set().union(*parts)) == 15
     assert part_task_ids(list(reversed(ids)), 2, config) == parts[1]  # input order does not matter
-    with pytest.raises(SystemExit, match="need 25 tasks"):
+    with pytest.raises(PipelineError, match="need 25 tasks"):
         part_task_ids(ids, 1, BarcSplitConfig(n_parts=5, tasks_per_part=5))
 
 
@@ -108,7 +109,7 @@ def test_bundled_sample_has_at_least_64_rows_of_pairs() -> None:
 
 def test_download_offline_says_how_to_use_a_local_file(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    with pytest.raises(SystemExit) as error:
+    with pytest.raises(PipelineError) as error:
         fetch(BarcDownloadConfig(source="hub"), tmp_path / "data.jsonl")
     assert "local_path" in str(error.value) and "source: local" in str(error.value)
     assert not (tmp_path / "data.jsonl").exists()
@@ -118,11 +119,11 @@ def test_local_source_copies_the_file(tmp_path: Path) -> None:
     source = write_jsonl(tmp_path / "mine.jsonl", [{"examples": []}])
     fetch(BarcDownloadConfig(source="local", local_path=str(source)), tmp_path / "out" / "data.jsonl")
     assert (tmp_path / "out" / "data.jsonl").read_text() == source.read_text()
-    with pytest.raises(SystemExit, match="not found"):
+    with pytest.raises(PipelineError, match="not found"):
         fetch(BarcDownloadConfig(source="local", local_path=str(tmp_path / "missing.jsonl")), tmp_path / "x")
 
 
-def test_cli_rejects_a_bad_field_naming_it(tmp_path: Path) -> None:
-    with pytest.raises(SystemExit, match="tasks_per_part"):
-        main(["barc-split", "--tasks", "x", "--part", "1", "--output", str(tmp_path / "o"),
-              "--config-json", '{"tasks_per_part": "many"}'])
+def test_cli_rejects_a_bad_field_naming_it(tmp_path: Path, capsys) -> None:
+    assert main(["barc-split", "--tasks", "x", "--part", "1", "--output", str(tmp_path / "o"),
+                 "--config-json", '{"tasks_per_part": "many"}']) == 1
+    assert "tasks_per_part" in capsys.readouterr().err

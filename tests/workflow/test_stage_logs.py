@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from arc_pipeline.io import write_table
+from arc_pipeline.schemas import TASKS_SCHEMA
 from tests.workflow.conftest import Workflow
 
 
@@ -14,17 +16,16 @@ def test_missing_local_barc_file_is_named_in_the_stage_log(workflow: Workflow) -
                                 "--until", "barc_tasks", check=False, timeout=600)
     assert result.returncode != 0
     log = workflow.path("logs/barc_download.log").read_text()
-    assert "/nope.jsonl" in log and "barc.download.local_path" in log and " ERROR " in log
+    assert "/nope.jsonl" in log and "barc.download.local_path" in log and "arc-pipeline barc-download: " in log
 
 
 def test_uncaught_error_and_library_output_reach_the_log(tmp_path: Path) -> None:
     log_file = tmp_path / "logs" / "stage.log"
-    # An unreadable parquet: the stage raises from inside polars, a library, not a SystemExit of ours.
-    bad = tmp_path / "tasks.parquet"
-    bad.write_bytes(b"not a parquet")
+    # An output folder that is a file: the stage fails inside pathlib, not with a PipelineError of ours.
+    tasks = write_table([], tmp_path / "tasks.parquet", TASKS_SCHEMA)
     result = subprocess.run(
-        [sys.executable, "-m", "arc_pipeline.cli", "--log-file", str(log_file), "shard", "--tasks", str(bad),
-         "--index", "0", "--count", "1", "--output", str(tmp_path / "out.parquet")],
+        [sys.executable, "-m", "arc_pipeline.cli", "--log-file", str(log_file), "shard", "--tasks", str(tasks),
+         "--index", "0", "--count", "1", "--output", str(tasks / "out.parquet")],
         capture_output=True, text=True, timeout=300,
     )
     assert result.returncode == 1
