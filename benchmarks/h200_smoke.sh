@@ -178,7 +178,7 @@ evaluate_execute() {
 
 phase_eval() {
     local n_eval=$(cfg_value w.evaluate.n_eval)
-    # the refinement runs' context (rules/evaluate.smk): evaluation.refinement_max_model_len, else inference's
+    # the refinement runs' context (rules/evaluate.smk): evaluate.refinement_max_model_len, else inference's
     local context=$(cfg_value "w.evaluate.refinement_max_model_len or w.inference.max_model_len")
     local eval_cfg=$(slice inference n_predictions=$n_eval)
     step inference_baseline inference --tasks "$R/arc_tasks/tasks.parquet" --model "$R/model/base" \

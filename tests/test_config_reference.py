@@ -70,3 +70,16 @@ def test_the_schema_and_the_models_refuse_the_same_values(change: dict) -> None:
         validate(bad)
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(bad, schema())
+
+
+def test_every_section_refuses_unknown_keys() -> None:
+    """A typo must fail, never fall back to a default: every model under WorkflowConfig forbids extra keys."""
+
+    def models(model):
+        yield model
+        for field in model.model_fields.values():
+            if isinstance(field.annotation, type) and hasattr(field.annotation, "model_fields"):
+                yield from models(field.annotation)
+
+    lenient = [m.__name__ for m in models(WorkflowConfig) if m.model_config.get("extra") != "forbid"]
+    assert lenient == []

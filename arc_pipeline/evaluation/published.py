@@ -1,6 +1,6 @@
 """The published results (docs/defaults.md) and a table that puts this run beside them.
 
-Shown only for the published preset (``evaluation.compare_with_published``): other configs evaluate
+Shown only for the published preset (``evaluate.compare_with_published``): other configs evaluate
 other tasks or budgets, where the published numbers would mislead.
 """
 
@@ -24,7 +24,7 @@ PUBLISHED_ROWS: tuple[tuple[int, int, str, tuple[float, ...]], ...] = (
 )
 
 
-# The published runs executed programs under the researchers' runner (execution.rules: published).
+# The published runs executed programs under the researchers' runner (execute.rules: published).
 PUBLISHED_RULES = "published"
 RULES_COLUMN = "execution rules"
 
@@ -43,7 +43,7 @@ def published_table() -> pl.DataFrame:
 
 def comparison_table(results: pl.DataFrame, rules: str) -> pl.DataFrame:
     """Published rows then this run's rows; ``source`` tells them apart and ``execution rules`` names
-    the rules each was scored under (``rules``: this run's ``execution.rules``). This run's ``solved``
+    the rules each was scored under (``rules``: this run's ``execute.rules``). This run's ``solved``
     column is kept, null ("-") for the published rows, which did not report it."""
     ours = results.drop("run", strict=False).with_columns(pl.lit("this run").alias("source"),
                                                           pl.lit(rules).alias(RULES_COLUMN))

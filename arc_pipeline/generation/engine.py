@@ -78,7 +78,7 @@ class EngineOptions(BaseModel):
     double_bos: bool = Field(
         False, description="tokenize rendered prompts with the tokenizer's special tokens too, so each begins with "
         "two <|begin_of_text|> as in the published run (it passed rendered text to vLLM); off = one BOS, as the "
-        "model was trained (training.double_bos is the same switch for the GRPO rollouts)",
+        "model was trained (train.double_bos is the same switch for the GRPO rollouts)",
     )
 
 

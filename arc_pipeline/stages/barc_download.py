@@ -17,7 +17,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from arc_pipeline.config_args import add_config_argument, parse_config
+from arc_pipeline.config.slices import add_config_argument, parse_config
 from arc_pipeline.errors import PipelineError
 from arc_pipeline.io import InputFileError
 

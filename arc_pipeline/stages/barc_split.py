@@ -14,7 +14,7 @@ import numpy as np
 import polars as pl
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt
 
-from arc_pipeline.config_args import add_config_argument, parse_config
+from arc_pipeline.config.slices import add_config_argument, parse_config
 from arc_pipeline.errors import PipelineError
 from arc_pipeline.io import read_frame, write_table
 from arc_pipeline.schemas import TASKS_SCHEMA
@@ -34,7 +34,7 @@ class BarcSplitConfig(BaseModel):
 
 def part_task_ids(task_ids: list[str], part: int, config: BarcSplitConfig) -> list[str]:
     if not 1 <= part <= config.n_parts:
-        raise ValueError(f"part must be in 1..{config.n_parts}, got {part}")
+        raise PipelineError(f"--part must be in 1..{config.n_parts} (barc.split.n_parts), got {part}")
     shuffled = np.random.default_rng(config.seed).permutation(sorted(task_ids)).tolist()
     needed = config.n_parts * config.tasks_per_part
     if len(shuffled) < needed:

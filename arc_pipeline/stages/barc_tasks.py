@@ -20,7 +20,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 from tqdm import tqdm
 
-from arc_pipeline.config_args import add_config_argument, parse_config
+from arc_pipeline.config.slices import add_config_argument, parse_config
 from arc_pipeline.domain.grids import Grid, GridError, as_grid
 from arc_pipeline.domain.tasks import Pair, Task
 from arc_pipeline.io import InputFileError, write_table, write_text

@@ -25,7 +25,7 @@ from typing import Literal
 import polars as pl
 from pydantic import BaseModel, ConfigDict, Field
 
-from arc_pipeline.config_args import add_config_argument, parse_config
+from arc_pipeline.config.slices import add_config_argument, parse_config
 from arc_pipeline.task_files import read_tasks_by_id
 from arc_pipeline.domain.tasks import Task
 from arc_pipeline.errors import PipelineError
@@ -67,7 +67,7 @@ OUTPUT_FILES = (
 )
 PUBLISHED_FILES = ("published.md", "published.html")
 DROPPED_LEGEND = ("dropped prompts = refinement prompts longer than the refinement context allows "
-                  "(evaluation.refinement_max_model_len - inference.max_tokens), never sampled; '-' = none to drop "
+                  "(evaluate.refinement_max_model_len - inference.max_tokens), never sampled; '-' = none to drop "
                   "(baseline) or not counted.")
 
 
@@ -186,7 +186,7 @@ def evaluate(args: argparse.Namespace, config: EvaluateConfig) -> dict[str, Path
         dropped = read_frame(args.dropped_refinement_prompts, REFINEMENT_SCHEMA).height
         if dropped:
             log.warning("%d refinement prompts were dropped as too long for the refinement context "
-                        "(evaluation.refinement_max_model_len): see 'dropped prompts' in runs.md", dropped)
+                        "(evaluate.refinement_max_model_len): see 'dropped prompts' in runs.md", dropped)
     results = with_dropped_prompts(results_table(runs, metrics), dropped)
     write_table(results, out / "runs.parquet", RUNS_SCHEMA)
     runs_md = to_markdown(seeds_table(results))

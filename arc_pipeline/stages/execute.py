@@ -19,7 +19,7 @@ import polars as pl
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveFloat, PositiveInt
 
-from arc_pipeline.config_args import add_config_argument, parse_config
+from arc_pipeline.config.slices import add_config_argument, parse_config
 from arc_pipeline.domain.tasks import Task
 from arc_pipeline.io import InputFileError, read_frame, write_table, write_text
 from arc_pipeline.evaluation.html import page

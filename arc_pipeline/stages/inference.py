@@ -24,7 +24,7 @@ from pathlib import Path
 
 from pydantic import Field, model_validator
 
-from arc_pipeline.config_args import add_config_argument, parse_config
+from arc_pipeline.config.slices import add_config_argument, parse_config
 from arc_pipeline.task_files import read_tasks
 from arc_pipeline.generation.engine import Engine, EngineConfig, EngineOptions, SamplingConfig
 from arc_pipeline.generation.requests import (

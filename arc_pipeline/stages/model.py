@@ -25,21 +25,24 @@ import time
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
-from arc_pipeline.config_args import add_config_argument, parse_config
+from arc_pipeline.config.slices import add_config_argument, parse_config
 from arc_pipeline.errors import PipelineError
-from arc_pipeline.io import replace_folder
+from arc_pipeline.io import check_parquet, replace_folder
 from arc_pipeline.models.folder import MARKER_FILE, check_model_dir
 from arc_pipeline.models.random import RandomModelConfig, build_random_model
 from arc_pipeline.models.sources import download_hub_model, link_local_model
 from arc_pipeline.models.tiny import TinyModelConfig, build_tiny_model
+from arc_pipeline.schemas import TASKS_SCHEMA
 
 log = logging.getLogger(__name__)
 
 
 class ModelStageConfig(BaseModel):
     """Where the base model comes from (the workflow config's ``model`` section)."""
+
+    model_config = ConfigDict(extra="forbid")
 
     source: Literal["tiny", "hub", "path", "random"] = Field(
         "tiny",
@@ -73,6 +76,8 @@ def run(args: argparse.Namespace) -> int:
     if config.source in ("tiny", "random") and not args.tasks:
         raise PipelineError(
             f"model: source {config.source!r} needs --tasks (a tasks parquet to train its tokenizer on)")
+    if args.tasks:
+        check_parquet(args.tasks, TASKS_SCHEMA)  # before torch's import, which takes seconds
     started = time.perf_counter()
     with replace_folder(output) as staging:
         if config.source == "tiny":

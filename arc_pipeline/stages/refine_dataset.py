@@ -16,7 +16,7 @@ from pathlib import Path
 import polars as pl
 from pydantic import BaseModel, ConfigDict, Field
 
-from arc_pipeline.config_args import add_config_argument, parse_config
+from arc_pipeline.config.slices import add_config_argument, parse_config
 from arc_pipeline.task_files import read_tasks_by_id
 from arc_pipeline.domain.tasks import Task
 from arc_pipeline.io import read_frame, write_table

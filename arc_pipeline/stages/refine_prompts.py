@@ -17,7 +17,7 @@ from pathlib import Path
 import polars as pl
 from pydantic import BaseModel, ConfigDict, Field
 
-from arc_pipeline.config_args import add_config_argument, parse_config
+from arc_pipeline.config.slices import add_config_argument, parse_config
 from arc_pipeline.task_files import read_tasks_by_id
 from arc_pipeline.domain.tasks import Task
 from arc_pipeline.errors import PipelineError
@@ -36,8 +36,8 @@ log = logging.getLogger(__name__)
 
 
 class RefinePromptsConfig(BaseModel):
-    """``evaluation.refinement_prompts`` plus the refinement inference's context: the workflow passes
-    the context length (``evaluation.refinement_max_model_len``, else ``inference.max_model_len``),
+    """``evaluate.refinement_prompts`` plus the refinement inference's context: the workflow passes
+    the context length (``evaluate.refinement_max_model_len``, else ``inference.max_model_len``),
     ``inference.max_tokens`` and ``inference.double_bos``. A prompt is dropped here exactly when the
     refinement inference could not sample it, so every drop is counted in one place."""
 

@@ -13,7 +13,7 @@ import argparse
 import logging
 from pathlib import Path
 
-from arc_pipeline.config_args import add_config_argument, parse_config
+from arc_pipeline.config.slices import add_config_argument, parse_config
 from arc_pipeline.io import check_parquet
 from arc_pipeline.schemas import REFINEMENT_SCHEMA
 from arc_pipeline.training.config import TrainConfig

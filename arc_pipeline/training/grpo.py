@@ -288,7 +288,7 @@ def train(
     dataset, dataset_counts = load_refinement_dataset(dataset_path, tokenizer, config)
     guard = CollapseGuard(config.collapse_guard)
     sandbox_config = SandboxConfig(
-        workers=config.execution_workers, timeout_s=config.execution_timeout_s, memory_mb=config.execution_memory_mb,
+        workers=config.reward_workers(), timeout_s=config.execution_timeout_s, memory_mb=config.execution_memory_mb,
         max_output_side=max_output_side(config.execution_rules),
     )
     with Sandbox(sandbox_config) as sandbox:

@@ -6,7 +6,7 @@ whole episode for each dataset row, with the policy being trained:
 1. the first-turn prompt (docs/prompts.md, train pairs unshuffled) is rendered from the
    row's augmented task, and the first answer is sampled;
 2. its program runs on the train inputs in the shared sandbox, under the same execution rules as the
-   reward (``training.execution_rules``, arc_pipeline/scoring/rules.py);
+   reward (``train.execution_rules``, arc_pipeline/scoring/rules.py);
 3. the feedback user turn is built exactly as the refinement template does (docs/prompts.md);
 4. the second answer is sampled after ``first prompt + first answer + feedback``.
 
