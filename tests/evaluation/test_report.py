@@ -1,6 +1,6 @@
 """``snakemake --report`` of the evaluation stage, opened in a real headless browser (slow).
 
-The evaluate rule runs for real through Snakemake on prepared parquet inputs (eval_data) placed
+The evaluate rule runs for real through Snakemake on prepared parquet inputs (evaluation_helpers) placed
 where the upstream rules would write them; ``--allowed-rules evaluate`` keeps Snakemake from
 rebuilding them (no vLLM, no training). The report must embed every table and figure with its
 caption, and Chromium must render it to a non-blank screenshot.
@@ -21,7 +21,7 @@ import yaml
 
 from arc_pipeline.io import write_table
 from arc_pipeline.schemas import REFINEMENT_SCHEMA
-from tests.evaluation import eval_data as data
+from tests.evaluation import evaluation_helpers as data
 from tests.workflow.conftest import REPO, Workflow
 
 pytestmark = pytest.mark.slow

@@ -1,5 +1,5 @@
 """The runs and their results table on hand-built executions (numbers worked out by hand in the
-comments; the data is described in eval_data's docstring)."""
+comments; the data is described in evaluation_helpers's docstring)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from arc_pipeline.evaluation.runs import (
     seeds_table,
 )
 from arc_pipeline.scoring.tables import to_markdown
-from tests.evaluation import eval_data as data
+from tests.evaluation import evaluation_helpers as data
 
 TEST_KNOWN = {"A": True, "B": True}
 

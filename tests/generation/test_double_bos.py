@@ -13,7 +13,7 @@ from arc_pipeline.domain.prompts import first_turn_messages, render_first_turn
 from arc_pipeline.generation.engine import EngineOptions, added_prompt_tokens, tokenize_rendered
 from arc_pipeline.models.folder import load_tokenizer
 
-from inference_data import build_untrained_tiny_model, small_tasks, write_tasks
+from inference_helpers import build_untrained_tiny_model, small_tasks, write_tasks
 
 
 @pytest.fixture(scope="module")

@@ -22,7 +22,7 @@ import pytest
 from arc_pipeline.generation.cpu_dtype import cpu_dtype, read_cpu_flags, torch_sees_native_bf16
 from arc_pipeline.generation.watchdog import StallWatchdog
 
-from inference_data import build_untrained_tiny_model, small_tasks, write_tasks
+from inference_helpers import build_untrained_tiny_model, small_tasks, write_tasks
 
 REPO = Path(__file__).resolve().parents[2]
 AVX2_ONLY = REPO / "tests" / "fixtures" / "avx2_only"

@@ -34,7 +34,7 @@ from arc_pipeline.schemas import PREDICTIONS_SCHEMA, REFINEMENT_SCHEMA
 from arc_pipeline.stages.inference import predict
 from arc_pipeline.task_files import read_tasks as load_tasks
 
-from inference_data import build_untrained_tiny_model, huge_task, medium_task, small_tasks, write_tasks
+from inference_helpers import build_untrained_tiny_model, huge_task, medium_task, small_tasks, write_tasks
 
 pytestmark = pytest.mark.slow
 

@@ -26,7 +26,7 @@ from arc_pipeline.io import write_table
 from arc_pipeline.schemas import PREDICTIONS_SCHEMA
 from arc_pipeline.stages.inference import InferenceConfig
 
-from inference_data import small_tasks
+from inference_helpers import small_tasks
 
 
 class ChatTokenizer:

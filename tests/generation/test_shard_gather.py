@@ -13,7 +13,7 @@ from arc_pipeline.schemas import TASKS_SCHEMA
 from arc_pipeline.helper_commands.gather import gather
 from arc_pipeline.helper_commands.shard import shard_bounds
 
-from inference_data import small_tasks, write_tasks
+from inference_helpers import small_tasks, write_tasks
 
 
 @pytest.mark.parametrize("n_rows,count", [(10, 3), (3, 5), (0, 2), (7, 1), (8, 8)])

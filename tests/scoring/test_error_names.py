@@ -20,7 +20,7 @@ from arc_pipeline.schemas import (
     errors_schema,
 )
 from arc_pipeline.scoring.tables import common_errors, error_table, errors_markdown
-from scoring_fixtures import row
+from scoring_helpers import row
 
 HOSTILE_NAMES = ["task_id", "n_preds", "MEAN", "run", "model", "share", "", "x" * 10_000,
                  "Fehler_ÄÖÜ_ß", "错误", "a|b\nc", "other", "error_type"]

@@ -21,7 +21,7 @@ from arc_pipeline.scoring.submission import (
     write_submission,
 )
 from arc_pipeline.scoring.voting import vote
-from scoring_fixtures import TEST_KNOWN, fixture_executions, row
+from scoring_helpers import TEST_KNOWN, fixture_executions, row
 
 X, X2, Y, Y2, Z = [[1]], [[2]], [[3, 3]], [[4, 4]], [[9]]
 

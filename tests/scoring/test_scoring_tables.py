@@ -16,7 +16,7 @@ from arc_pipeline.scoring.tables import (
     to_markdown,
     with_mean_row,
 )
-from scoring_fixtures import TEST_KNOWN, fixture_executions
+from scoring_helpers import TEST_KNOWN, fixture_executions
 
 EXPECTED = {
     #       n  code valid uniq trpix trcor trpass tris  tepix tecor tepass teis  is    solved

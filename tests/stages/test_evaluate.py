@@ -1,4 +1,4 @@
-"""The refine-prompts and evaluate commands end to end on small hand-made parquets (eval_data)."""
+"""The refine-prompts and evaluate commands end to end on small hand-made parquets (evaluation_helpers)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from arc_pipeline.schemas import (
 )
 from arc_pipeline.scoring.execution import executions_frame
 from arc_pipeline.scoring.submission import read_submission, score_submission
-from tests.evaluation import eval_data as data
+from tests.evaluation import evaluation_helpers as data
 
 
 @pytest.fixture(scope="module")
