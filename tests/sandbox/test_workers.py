@@ -10,7 +10,7 @@ import time
 import numpy as np
 import pytest
 
-from arc_pipeline.sandbox import Sandbox, SandboxConfig, sandbox as sandbox_module
+from arc_pipeline.sandbox import Sandbox, SandboxConfig, worker as worker_module
 from sandbox_helpers import GRID, assert_healthy, ok_outputs
 
 MIXED_BATCH = [
@@ -95,7 +95,7 @@ def test_dead_worker_is_restarted_before_the_next_program():
 
 
 def test_wedged_worker_is_replaced(monkeypatch):
-    monkeypatch.setattr(sandbox_module, "REPLY_GRACE_S", 0.5)
+    monkeypatch.setattr(worker_module, "REPLY_GRACE_S", 0.5)
     with Sandbox(SandboxConfig(workers=1, timeout_s=0.3, memory_mb=512)) as box:
         os.kill(box._workers[0].process.pid, signal.SIGSTOP)
         started = time.monotonic()
