@@ -5,7 +5,7 @@ BIN := $(abspath $(VENV))/bin
 STAMP := $(VENV)/.installed
 export PATH := $(BIN):$(PATH)
 
-.PHONY: install run test dry-run-condor clean
+.PHONY: install run lint format test dry-run-condor clean
 
 install: $(STAMP)
 
@@ -21,7 +21,18 @@ run: install
 	$(BIN)/snakemake --profile profiles/local
 	$(BIN)/snakemake --profile profiles/local --report results/report.html
 
-test: install
+# Checks only; `make format` applies the fixes. Settings: [tool.ruff] and [tool.snakefmt] in pyproject.toml.
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/snakefmt --check Snakefile rules/
+
+format: install
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
+	$(BIN)/snakefmt Snakefile rules/
+
+test: lint
 	$(BIN)/python -m pytest
 
 dry-run-condor: install
