@@ -29,14 +29,15 @@ include: "rules/evaluate.smk"
 
 
 rule all:
+    default_target: True
     input:
         all_targets(),
-    default_target: True
 
 
 # The report's home page says what ran (arc_pipeline/report_home.py); written by the main process only.
 if not workflow.remote_exec:
     from arc_pipeline.report_home import write_home
 
-    workflow.report(str(write_home(config, Path(workflow.basedir), USER_CONFIG,
-                                   Path(".snakemake/arc-pipeline/report-home.rst"))))  # the `report:` keyword
+    workflow.report(
+        str(write_home(config, Path(workflow.basedir), USER_CONFIG, Path(".snakemake/arc-pipeline/report-home.rst")))
+    )  # the `report:` keyword

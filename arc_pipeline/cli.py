@@ -43,7 +43,10 @@ HELPERS: dict[str, tuple[str, str]] = {
 # Tools for people: reading results, the config reference.
 TOOLS: dict[str, tuple[str, str]] = {
     "inspect": ("arc_pipeline.inspect", "print a parquet file's schema, row count and first rows"),
-    "config-reference": ("arc_pipeline.config.reference", "the config reference and JSON schema, from the config models"),
+    "config-reference": (
+        "arc_pipeline.config.reference",
+        "the config reference and JSON schema, from the config models",
+    ),
 }
 COMMANDS: dict[str, tuple[str, str]] = {**STAGES, **HELPERS, **TOOLS}
 GROUPS = (("stages", STAGES), ("helpers (run by the workflow between stages)", HELPERS), ("tools", TOOLS))
@@ -51,11 +54,18 @@ GROUPS = (("stages", STAGES), ("helpers (run by the workflow between stages)", H
 
 def build_parser() -> argparse.ArgumentParser:
     epilog = "\n".join(f"{title}: {', '.join(group)}" for title, group in GROUPS)
-    parser = argparse.ArgumentParser(prog="arc-pipeline", description=__doc__.splitlines()[0], epilog=epilog,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="arc-pipeline",
+        description=__doc__.splitlines()[0],
+        epilog=epilog,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
-    parser.add_argument("--log-file", help="also write everything the command prints (its log, library output, "
-                        "warnings, the error that ended it) to this file")
+    parser.add_argument(
+        "--log-file",
+        help="also write everything the command prints (its log, library output, "
+        "warnings, the error that ended it) to this file",
+    )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, (_, help_text) in COMMANDS.items():
         subparsers.add_parser(name, help=help_text, add_help=False)
@@ -85,7 +95,8 @@ def _run(command: str, module: ModuleType, args: argparse.Namespace) -> int:
         return int(module.run(args) or 0)
     except PipelineError as error:
         # The message names the file or field and says what to do (arc_pipeline/errors.py): no traceback.
-        print(f"arc-pipeline {command}: {error}", file=sys.stderr, flush=True)
+        sys.stderr.write(f"arc-pipeline {command}: {error}\n")
+        sys.stderr.flush()
         return 1
 
 

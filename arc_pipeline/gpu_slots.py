@@ -40,15 +40,18 @@ def count_gpus() -> int:
 
 
 def default_lock_dir() -> Path:
-    return Path(os.environ.get("ARC_PIPELINE_GPU_LOCK_DIR")
-                or Path(tempfile.gettempdir()) / f"arc-pipeline-gpus-{os.getuid()}")
+    return Path(
+        os.environ.get("ARC_PIPELINE_GPU_LOCK_DIR") or Path(tempfile.gettempdir()) / f"arc-pipeline-gpus-{os.getuid()}"
+    )
 
 
 def acquire(count: int, n_gpus: int, lock_dir: Path, poll_s: float = 5.0) -> list[int]:
     """Lock ``count`` of the GPUs ``0..n_gpus-1`` (waiting while others hold them); return their indices."""
     if count > n_gpus:
-        raise PipelineError(f"this job needs {count} GPUs and the machine has {n_gpus}: "
-                            f"lower inference.tensor_parallel_size to at most {n_gpus}")
+        raise PipelineError(
+            f"this job needs {count} GPUs and the machine has {n_gpus}: "
+            f"lower inference.tensor_parallel_size to at most {n_gpus}"
+        )
     lock_dir.mkdir(parents=True, exist_ok=True)
     waited = False
     while True:

@@ -21,8 +21,11 @@ TEXT_PREVIEW_CHARS = 300
 
 
 def is_grid_type(arrow_type: pa.DataType) -> bool:
-    return (pa.types.is_list(arrow_type) and pa.types.is_list(arrow_type.value_type)
-            and pa.types.is_integer(arrow_type.value_type.value_type))
+    return (
+        pa.types.is_list(arrow_type)
+        and pa.types.is_list(arrow_type.value_type)
+        and pa.types.is_integer(arrow_type.value_type.value_type)
+    )
 
 
 def is_grids_type(arrow_type: pa.DataType) -> bool:
@@ -63,8 +66,9 @@ def select(table: pa.Table, where: str | None, columns: list[str] | None) -> pa.
         import polars as pl
 
         try:
-            frame = pl.from_arrow(table.drop_columns([f.name for f in table.schema if is_grid_type(f.type)
-                                                      or is_grids_type(f.type)]))
+            frame = pl.from_arrow(
+                table.drop_columns([f.name for f in table.schema if is_grid_type(f.type) or is_grids_type(f.type)])
+            )
             indices = frame.with_row_index("__row").filter(pl.sql_expr(where))["__row"].to_list()
         except Exception as error:  # polars raises several types for a bad SQL condition
             raise InputFileError(f"--where {where!r}: {type(error).__name__}: {error}") from None
@@ -72,13 +76,18 @@ def select(table: pa.Table, where: str | None, columns: list[str] | None) -> pa.
     return table.select(columns) if columns else table
 
 
-def render(path: Path, rows: int, where: str | None = None, columns: list[str] | None = None,
-           full: bool = False) -> str:
+def render(
+    path: Path, rows: int, where: str | None = None, columns: list[str] | None = None, full: bool = False
+) -> str:
     table = read_table(path)
     total, n_columns = table.num_rows, table.num_columns
     table = select(table, where, columns)
-    lines = [f"{path}: {total} rows, {n_columns} columns",
-             f"parquet metadata: {pq.ParquetFile(path).metadata.num_row_groups} row groups", "", "schema:"]
+    lines = [
+        f"{path}: {total} rows, {n_columns} columns",
+        f"parquet metadata: {pq.ParquetFile(path).metadata.num_row_groups} row groups",
+        "",
+        "schema:",
+    ]
     lines += [f"  {field.name}: {field.type}" for field in table.schema]
     if where:
         lines += ["", f"{table.num_rows} rows match {where!r}"]
@@ -97,9 +106,15 @@ def render(path: Path, rows: int, where: str | None = None, columns: list[str] |
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("path", type=Path, help="a parquet file written by the pipeline")
     parser.add_argument("-n", "--rows", type=int, default=3, help="rows to show")
-    parser.add_argument("-w", "--where", help="SQL condition on the columns, e.g. \"task_id = '00576224' AND score < 1\"")
-    parser.add_argument("-c", "--columns", type=lambda text: [c.strip() for c in text.split(",") if c.strip()],
-                        help="comma-separated columns to show (default: all)")
+    parser.add_argument(
+        "-w", "--where", help="SQL condition on the columns, e.g. \"task_id = '00576224' AND score < 1\""
+    )
+    parser.add_argument(
+        "-c",
+        "--columns",
+        type=lambda text: [c.strip() for c in text.split(",") if c.strip()],
+        help="comma-separated columns to show (default: all)",
+    )
     parser.add_argument("--full", action="store_true", help=f"show text uncut (default: {TEXT_PREVIEW_CHARS} chars)")
 
 

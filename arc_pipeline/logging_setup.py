@@ -21,8 +21,12 @@ FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
 def setup_logging(verbose: bool = False) -> None:
-    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, format=FORMAT,
-                        handlers=[logging.StreamHandler(sys.stderr)], force=True)
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format=FORMAT,
+        handlers=[logging.StreamHandler(sys.stderr)],
+        force=True,
+    )
     # Library warnings (warnings.warn: transformers, TRL, torch) go through logging, hence to the log.
     logging.captureWarnings(True)
 
@@ -46,8 +50,13 @@ def output_to_log(log_file: str | None) -> Iterator[None]:
     # (this process or a child still running) closes the pipe.
     starter = subprocess.run(
         ["sh", "-c", f'tee -a "$1" <&{read_end} >&2 {read_end}<&- & echo $!', "sh", str(path)],
-        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=saved[2], pass_fds=(read_end,),
-        start_new_session=True, check=True, text=True,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=saved[2],
+        pass_fds=(read_end,),
+        start_new_session=True,
+        check=True,
+        text=True,
     )
     tee_pid = int(starter.stdout.strip())
     os.close(read_end)

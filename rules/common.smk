@@ -13,8 +13,12 @@ from arc_pipeline.config.prepare import prepare_config
 
 # base: presets, old section names, --config types, one-line errors (see the module). The config comes back
 # complete, defaults included, checked by every stage's own model before any job starts; WORKFLOW is it, typed.
-WORKFLOW = prepare_config(config, workflow.config_settings.overwrite_config, workflow.basedir,
-                          [str(f) for f in workflow.overwrite_configfiles])
+WORKFLOW = prepare_config(
+    config,
+    workflow.config_settings.overwrite_config,
+    workflow.basedir,
+    [str(f) for f in workflow.overwrite_configfiles],
+)
 validate(config, schema="../workflow/schemas/config.schema.yaml")  # generated from the same models
 
 # Jobs spawned by an executor plugin re-read --config from their command line, and the HTCondor plugin
@@ -26,12 +30,14 @@ USER_CONFIG = [str(f) for f in workflow.overwrite_configfiles] + [f"--config {ar
 if not workflow.remote_exec and any(any(c.isspace() for c in str(arg)) for arg in _config_args):
     _jobs_config = yaml.safe_dump(dict(config), sort_keys=True)
     _jobs_configfile = os.path.abspath(
-        f".snakemake/arc-pipeline/config-{hashlib.sha256(_jobs_config.encode()).hexdigest()[:16]}.yaml")
+        f".snakemake/arc-pipeline/config-{hashlib.sha256(_jobs_config.encode()).hexdigest()[:16]}.yaml"
+    )
     os.makedirs(os.path.dirname(_jobs_configfile), exist_ok=True)
     with open(_jobs_configfile, "w") as _handle:
         _handle.write(_jobs_config)
     workflow.config_settings.configfiles = [Path(_jobs_configfile)]
     workflow.config_settings.config_args = []
+
 
 wildcard_constraints:
     part=r"\d+",

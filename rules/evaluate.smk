@@ -33,8 +33,12 @@ def evaluation_execution():
 
 
 def evaluation_report(name, caption, subcategory):
-    return report(result(f"evaluate/report/{name}"), category="Evaluation", subcategory=subcategory,
-                  caption=f"../workflow/report/{caption}")
+    return report(
+        result(f"evaluate/report/{name}"),
+        category="Evaluation",
+        subcategory=subcategory,
+        caption=f"../workflow/report/{caption}",
+    )
 
 
 def published_outputs():
@@ -62,10 +66,10 @@ rule evaluate_baseline_shard_tasks:
         rules.arc_tasks.output,
     output:
         temp(result("evaluate/baseline/shard{shard}.tasks.parquet")),
-    params:
-        n_shards=len(EVAL_SHARDS),
     log:
         log_path("evaluate/baseline/shard{shard}.tasks"),
+    params:
+        n_shards=len(EVAL_SHARDS),
     shell:
         "arc-pipeline --log-file {log} shard --tasks {input} --index {wildcards.shard}"
         " --count {params.n_shards} --output {output}"
@@ -77,13 +81,13 @@ rule evaluate_baseline_inference:
         model=rules.model.output,
     output:
         result("evaluate/baseline/shard{shard}.parquet"),
-    params:
-        cfg=eval_inference_slice(WORKFLOW.evaluate.n_eval),
+    log:
+        log_path("evaluate/baseline/inference.shard{shard}"),
     threads: WORKFLOW.cluster.gpu.threads
     resources:
         **gpu_resources(),
-    log:
-        log_path("evaluate/baseline/inference.shard{shard}"),
+    params:
+        cfg=eval_inference_slice(WORKFLOW.evaluate.n_eval),
     shell:
         "arc-pipeline --log-file {log} inference --tasks {input.tasks} --model {input.model}"
         " --output {output} --config-json {params.cfg}"
@@ -109,11 +113,11 @@ rule evaluate_refine_prompts:
     output:
         prompts=result("evaluate/refine_prompts.parquet"),
         dropped=result("evaluate/refine_prompts.dropped.parquet"),
+    log:
+        log_path("evaluate/refine_prompts"),
     params:
         cfg=refine_prompts_slice(),
         first_half=WORKFLOW.evaluate.first_predictions,
-    log:
-        log_path("evaluate/refine_prompts"),
     shell:
         "arc-pipeline --log-file {log} refine-prompts --tasks {input.tasks} --predictions {input.predictions}"
         " --executions {input.executions} --model {input.model} --first-predictions {params.first_half}"
@@ -127,14 +131,14 @@ rule evaluate_refinement_inference:
         adapter=refiner_adapter,
     output:
         result("evaluate/refine_{refiner}/predictions.parquet"),
-    params:
-        cfg=shlex.quote(json.dumps(refinement_inference(), sort_keys=True)),
-        adapter=lambda wildcards, input: f"--adapter {input.adapter}" if input.adapter else "",
+    log:
+        log_path("evaluate/refine_{refiner}/inference"),
     threads: WORKFLOW.cluster.gpu.threads
     resources:
         **gpu_resources(),
-    log:
-        log_path("evaluate/refine_{refiner}/inference"),
+    params:
+        cfg=shlex.quote(json.dumps(refinement_inference(), sort_keys=True)),
+        adapter=lambda wildcards, input: f"--adapter {input.adapter}" if input.adapter else "",
     shell:
         "arc-pipeline --log-file {log} inference --refinements {input.refinements} --model {input.model}"
         " {params.adapter} --output {output} --config-json {params.cfg}"
@@ -150,11 +154,11 @@ rule evaluate_execute:
         metrics_md=result("evaluate/{run}/metrics.md"),
         errors=result("evaluate/{run}/errors.parquet"),
         errors_md=result("evaluate/{run}/errors.md"),
-    params:
-        cfg=shlex.quote(json.dumps(evaluation_execution(), sort_keys=True)),
-    threads: WORKFLOW.cluster.cpu.threads
     log:
         log_path("evaluate/{run}/execute"),
+    threads: WORKFLOW.cluster.cpu.threads
+    params:
+        cfg=shlex.quote(json.dumps(evaluation_execution(), sort_keys=True)),
     shell:
         "arc-pipeline --log-file {log} execute --predictions {input.predictions} --tasks {input.tasks}"
         " --executions {output.executions} --metrics {output.metrics} --metrics-md {output.metrics_md}"
@@ -171,6 +175,7 @@ rule evaluate:
         training_metrics=rules.train.output.metrics,
         dropped_prompts=rules.evaluate_refine_prompts.output.dropped,
     output:
+        **published_outputs(),
         runs=result("evaluate/report/runs.md"),
         runs_html=evaluation_report("runs.html", "runs.rst", "Tables"),
         runs_parquet=result("evaluate/report/runs.parquet"),
@@ -189,14 +194,13 @@ rule evaluate:
         passk_parquet=result("evaluate/report/passk.parquet"),
         training=evaluation_report("training.png", "training.rst", "Figures"),
         examples=evaluation_report("examples.png", "examples.rst", "Figures"),
-        **published_outputs(),
+    log:
+        log_path("evaluate/report"),
     params:
         cfg=config_slice("evaluate"),
         refiners=" ".join(REFINERS),
         rules=evaluation_execution()["rules"],
         outdir=result("evaluate/report"),
-    log:
-        log_path("evaluate/report"),
     shell:
         "arc-pipeline --log-file {log} evaluate --tasks {input.tasks}"
         " --baseline-predictions {input.baseline_predictions} --baseline {input.baseline}"

@@ -8,15 +8,18 @@ rule execute:
         metrics=result("execute/barc/part{part}.metrics.parquet"),
         metrics_md=result("execute/barc/part{part}.metrics.md"),
         # the report shows HTML inline (markdown only as a download)
-        metrics_html=report(result("execute/barc/part{part}.metrics.html"), category="BARC inference",
-                            caption="../workflow/report/barc_metrics.rst"),
+        metrics_html=report(
+            result("execute/barc/part{part}.metrics.html"),
+            category="BARC inference",
+            caption="../workflow/report/barc_metrics.rst",
+        ),
         errors=result("execute/barc/part{part}.errors.parquet"),
         errors_md=result("execute/barc/part{part}.errors.md"),
-    params:
-        cfg=config_slice("execute"),
-    threads: WORKFLOW.cluster.cpu.threads
     log:
         log_path("execute/barc/part{part}"),
+    threads: WORKFLOW.cluster.cpu.threads
+    params:
+        cfg=config_slice("execute"),
     shell:
         "arc-pipeline --log-file {log} execute --predictions {input.predictions} --tasks {input.tasks}"
         " --executions {output.executions} --metrics {output.metrics} --metrics-md {output.metrics_md}"

@@ -6,10 +6,10 @@ rule inference_shard_tasks:
         result("barc_split/part{part}.parquet"),
     output:
         temp(result("inference/barc/part{part}/shard{shard}.tasks.parquet")),
-    params:
-        n_shards=WORKFLOW.inference.shards,
     log:
         log_path("inference/barc/part{part}/shard{shard}.tasks"),
+    params:
+        n_shards=WORKFLOW.inference.shards,
     shell:
         "arc-pipeline --log-file {log} shard --tasks {input} --index {wildcards.shard}"
         " --count {params.n_shards} --output {output}"
@@ -21,13 +21,13 @@ rule inference:
         model=rules.model.output,
     output:
         result("inference/barc/part{part}/shard{shard}.parquet"),
-    params:
-        cfg=config_slice("inference"),
+    log:
+        log_path("inference/barc/part{part}/shard{shard}"),
     threads: WORKFLOW.cluster.gpu.threads
     resources:
         **gpu_resources(),
-    log:
-        log_path("inference/barc/part{part}/shard{shard}"),
+    params:
+        cfg=config_slice("inference"),
     shell:
         "arc-pipeline --log-file {log} inference --tasks {input.tasks} --model {input.model}"
         " --output {output} --config-json {params.cfg}"

@@ -5,12 +5,13 @@ rule model:
         rules.barc_tasks.output.tasks,
     output:
         directory(result("model/base")),
-    params:
-        cfg=config_slice("model"),
     log:
         log_path("model"),
+    params:
+        cfg=config_slice("model"),
     shell:
         "arc-pipeline --log-file {log} model --tasks {input} --output {output} --config-json {params.cfg}"
+
 
 # Fetching (hub) or linking (path) a model needs the internet or only the submit machine's disk:
 # run it there. Building the tiny or random model is compute, so it stays a job.

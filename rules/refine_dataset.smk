@@ -7,12 +7,12 @@ rule refine_dataset:
         model=rules.model.output,
     output:
         result("refine_dataset/refinement.parquet"),
+    log:
+        log_path("refine_dataset"),
     params:
         cfg=config_slice("refine_dataset"),
         # training's prompt limit (its one owner): a prompt training would drop never enters the dataset
         max_prompt_tokens=WORKFLOW.train.max_prompt_tokens,
-    log:
-        log_path("refine_dataset"),
     shell:
         "arc-pipeline --log-file {log} refine-dataset --tasks {input.tasks} --predictions {input.predictions}"
         " --executions {input.executions} --model {input.model} --output {output}"

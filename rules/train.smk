@@ -7,14 +7,14 @@ rule train:
     output:
         adapter=directory(result("train/adapter")),
         metrics=result("train/metrics.parquet"),
-    params:
-        cfg=config_slice("train"),
-        checkpoints=result("train/checkpoints"),
+    log:
+        log_path("train"),
     threads: WORKFLOW.cluster.gpu.threads
     resources:
         **gpu_resources(),
-    log:
-        log_path("train"),
+    params:
+        cfg=config_slice("train"),
+        checkpoints=result("train/checkpoints"),
     shell:
         "arc-pipeline --log-file {log} train --dataset {input.dataset} --model {input.model}"
         " --checkpoint-dir {params.checkpoints} --output {output.adapter} --metrics {output.metrics}"

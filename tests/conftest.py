@@ -16,8 +16,11 @@ REPO = Path(__file__).resolve().parents[1]
 def _snapshot(folder: Path) -> dict[str, tuple[int, int]]:
     if not folder.exists():
         return {}
-    return {str(path.relative_to(folder)): (path.stat().st_size, path.stat().st_mtime_ns)
-            for path in folder.rglob("*") if path.is_file()}
+    return {
+        str(path.relative_to(folder)): (path.stat().st_size, path.stat().st_mtime_ns)
+        for path in folder.rglob("*")
+        if path.is_file()
+    }
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -16,8 +16,10 @@ import yaml
 from tests.test_profiles import _dry_run_in_process, _submit_descriptions, workdir  # noqa: F401
 
 
-def test_config_values_with_spaces_survive_the_submit_description(workdir: Path,  # noqa: F811
-                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_config_values_with_spaces_survive_the_submit_description(
+    workdir: Path,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     argv = ["--profile", "condor", "--config", "evaluate={n_eval: 16}", "inference={temperature: 0.7}"]
     workflow, settings = _dry_run_in_process(argv, monkeypatch)
     per_rule = _submit_descriptions(workflow, settings, monkeypatch)
@@ -26,7 +28,7 @@ def test_config_values_with_spaces_survive_the_submit_description(workdir: Path,
         line = next(x for x in rendered.splitlines() if x.startswith("arguments = "))
         words = line.removeprefix("arguments = ").split()  # HTCondor's old argument syntax: whitespace
         assert "--config" not in words  # the broken 'evaluate={n_eval:' '16}' pair is gone
-        configfiles = words[words.index("--configfiles") + 1:]
+        configfiles = words[words.index("--configfiles") + 1 :]
         configfiles = configfiles[: next(i for i, w in enumerate(configfiles) if w.startswith("--"))]
         job_config: dict = {}
         for path in configfiles:
@@ -36,8 +38,11 @@ def test_config_values_with_spaces_survive_the_submit_description(workdir: Path,
 
 
 @pytest.mark.parametrize("configfile", [None, "config/barc-multiturn.yaml"], ids=["default", "barc-multiturn"])
-def test_downloads_run_on_the_submit_machine(workdir: Path, monkeypatch: pytest.MonkeyPatch,  # noqa: F811
-                                             configfile: str | None) -> None:
+def test_downloads_run_on_the_submit_machine(
+    workdir: Path,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+    configfile: str | None,
+) -> None:
     """Execute nodes often have no internet: the hub downloads are local rules; building a model is a job."""
     argv = ["--profile", "condor"] + (["--configfile", configfile] if configfile else [])
     workflow, _ = _dry_run_in_process(argv, monkeypatch)
@@ -52,9 +57,13 @@ def test_baseline_evaluation_is_sharded_and_gathered(workdir: Path, monkeypatch:
     workflow, _ = _dry_run_in_process(["--profile", "condor", "--config", "evaluate={shards: 3}"], monkeypatch)
     jobs = [job for job in workflow.dag.jobs if job.rule.name.startswith("evaluate_baseline")]
     counts = {name: sum(job.rule.name == name for job in jobs) for name in {job.rule.name for job in jobs}}
-    assert counts == {"evaluate_baseline_shard_tasks": 3, "evaluate_baseline_inference": 3,
-                      "evaluate_baseline_gather": 1}
-    shells = sorted(job.format_wildcards(job.rule.shellcmd) for job in jobs
-                    if job.rule.name == "evaluate_baseline_shard_tasks")
+    assert counts == {
+        "evaluate_baseline_shard_tasks": 3,
+        "evaluate_baseline_inference": 3,
+        "evaluate_baseline_gather": 1,
+    }
+    shells = sorted(
+        job.format_wildcards(job.rule.shellcmd) for job in jobs if job.rule.name == "evaluate_baseline_shard_tasks"
+    )
     assert all("--count 3" in cmd for cmd in shells)
     assert [f"--index {i}" in cmd for i, cmd in enumerate(shells)] == [True] * 3

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import jsonschema
 import pytest
-import yaml
 
 from arc_pipeline.config.prepare import load_base, validate
 from arc_pipeline.config.reference import REFERENCE_PATH, REGENERATE, SCHEMA_PATH, render, render_schema, schema

@@ -107,9 +107,7 @@ def resolve(requirements: list[Requirement], report_path: Path) -> tuple[dict, s
         "--prefer-binary", "--use-feature=fast-deps", "--progress-bar", "off",
         "--report", str(report_path), "-r", str(requirements_file),
     ]  # fmt: skip
-    done = subprocess.run(
-        command, env=_clean_pip_env(), capture_output=True, text=True, timeout=1200
-    )
+    done = subprocess.run(command, env=_clean_pip_env(), capture_output=True, text=True, timeout=1200)
     log = done.stdout + done.stderr
     assert done.returncode == 0, f"pip could not resolve the set:\n{log[-6000:]}"
     return json.loads(report_path.read_text()), log
@@ -133,9 +131,7 @@ def test_cluster_set_resolves_on_pypi(tmp_path: Path) -> None:
     requirements = _requirements(*CLUSTER_EXTRAS)
     report, log = resolve(requirements, tmp_path / "report.json")
 
-    resolved = {
-        canonicalize_name(item["metadata"]["name"]): item for item in report["install"]
-    }
+    resolved = {canonicalize_name(item["metadata"]["name"]): item for item in report["install"]}
     for requirement in requirements:
         name = canonicalize_name(requirement.name)
         assert name in resolved, f"{requirement} missing from the resolution"

@@ -37,21 +37,81 @@ CASES: dict[str, Case | None] = {
     "arc-tasks": Case(("--output", "{out}/tasks.parquet"), {"source": "kaggle", "challenges_path": "{missing}"}),
     # a source that builds its tokenizer from --tasks
     "model": Case(("--tasks", "{missing}", "--output", "{out}/model"), {"source": "tiny"}),
-    "shard": Case(("--tasks", "{missing}", "--index", "0", "--count", "1", "--output", "{out}/shard.parquet"),
-                  None),
+    "shard": Case(("--tasks", "{missing}", "--index", "0", "--count", "1", "--output", "{out}/shard.parquet"), None),
     "inference": Case(("--tasks", "{missing}", "--model", "{model}", "--output", "{out}/predictions.parquet")),
     "gather": Case(("--inputs", "{missing}", "--output", "{out}/all.parquet", "--schema", "tasks"), None),
-    "execute": Case(("--predictions", "{missing}", "--tasks", "{missing}", "--executions", "{out}/e.parquet",
-                     "--metrics", "{out}/m.parquet", "--metrics-md", "{out}/m.md", "--errors", "{out}/x.parquet",
-                     "--errors-md", "{out}/x.md")),
-    "refine-dataset": Case(("--tasks", "{missing}", "--predictions", "{missing}", "--executions", "{missing}",
-                            "--model", "{model}", "--output", "{out}/refine.parquet")),
-    "train": Case(("--dataset", "{missing}", "--model", "{model}", "--output", "{out}/adapter",
-                   "--metrics", "{out}/metrics.parquet")),
-    "refine-prompts": Case(("--tasks", "{missing}", "--predictions", "{missing}", "--executions", "{missing}",
-                            "--model", "{model}", "--first-predictions", "1", "--output", "{out}/prompts.parquet")),
-    "evaluate": Case(("--tasks", "{missing}", "--baseline-predictions", "{missing}", "--baseline", "{missing}",
-                      "--output-dir", "{out}/report")),
+    "execute": Case(
+        (
+            "--predictions",
+            "{missing}",
+            "--tasks",
+            "{missing}",
+            "--executions",
+            "{out}/e.parquet",
+            "--metrics",
+            "{out}/m.parquet",
+            "--metrics-md",
+            "{out}/m.md",
+            "--errors",
+            "{out}/x.parquet",
+            "--errors-md",
+            "{out}/x.md",
+        )
+    ),
+    "refine-dataset": Case(
+        (
+            "--tasks",
+            "{missing}",
+            "--predictions",
+            "{missing}",
+            "--executions",
+            "{missing}",
+            "--model",
+            "{model}",
+            "--output",
+            "{out}/refine.parquet",
+        )
+    ),
+    "train": Case(
+        (
+            "--dataset",
+            "{missing}",
+            "--model",
+            "{model}",
+            "--output",
+            "{out}/adapter",
+            "--metrics",
+            "{out}/metrics.parquet",
+        )
+    ),
+    "refine-prompts": Case(
+        (
+            "--tasks",
+            "{missing}",
+            "--predictions",
+            "{missing}",
+            "--executions",
+            "{missing}",
+            "--model",
+            "{model}",
+            "--first-predictions",
+            "1",
+            "--output",
+            "{out}/prompts.parquet",
+        )
+    ),
+    "evaluate": Case(
+        (
+            "--tasks",
+            "{missing}",
+            "--baseline-predictions",
+            "{missing}",
+            "--baseline",
+            "{missing}",
+            "--output-dir",
+            "{out}/report",
+        )
+    ),
     "inspect": Case(("{missing}",), None),
     "config-reference": None,  # writes the reference from the models: no input file, no --config-json
 }
@@ -76,8 +136,9 @@ def paths(tmp_path: Path) -> dict[str, str]:
 def command_line(command: str, case: Case, paths: dict[str, str], config_json: str | None = None) -> list[str]:
     args = [arg.format(**paths) for arg in case.args]
     if config_json is None and case.config is not None:
-        config_json = json.dumps({key: value.format(**paths) if isinstance(value, str) else value
-                                  for key, value in case.config.items()})
+        config_json = json.dumps(
+            {key: value.format(**paths) if isinstance(value, str) else value for key, value in case.config.items()}
+        )
     if config_json is not None:
         args += ["--config-json", config_json]
     return [sys.executable, "-m", "arc_pipeline.cli", command, *args]
@@ -92,7 +153,7 @@ def error_message(command: str, argv: list[str]) -> str:
     lines = result.stderr.rstrip("\n").splitlines()
     starts = [index for index, line in enumerate(lines) if line.startswith(prefix)]
     assert starts, result.stderr
-    return "\n".join(lines[starts[-1]:])[len(prefix):]
+    return "\n".join(lines[starts[-1] :])[len(prefix) :]
 
 
 @pytest.mark.parametrize("command", STAGES_WITH_INPUTS)
@@ -110,8 +171,7 @@ def test_config_json_that_is_not_json_is_one_line(command: str, paths: dict[str,
 
 @pytest.mark.parametrize("command", STAGES_WITH_CONFIG)
 def test_unknown_config_field_is_named(command: str, paths: dict[str, str]) -> None:
-    message = error_message(command, command_line(command, CASES[command], paths,
-                                                  config_json='{"no_such_field": 1}'))
+    message = error_message(command, command_line(command, CASES[command], paths, config_json='{"no_such_field": 1}'))
     assert "no_such_field" in message
 
 

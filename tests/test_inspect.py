@@ -9,12 +9,14 @@ import pyarrow as pa
 from arc_pipeline.cli import main
 from arc_pipeline.io import write_table
 
-SCHEMA = pa.schema([
-    pa.field("task_id", pa.string()),
-    pa.field("score", pa.float64()),
-    pa.field("prompt", pa.string()),
-    pa.field("grid", pa.list_(pa.list_(pa.int8()))),
-])
+SCHEMA = pa.schema(
+    [
+        pa.field("task_id", pa.string()),
+        pa.field("score", pa.float64()),
+        pa.field("prompt", pa.string()),
+        pa.field("grid", pa.list_(pa.list_(pa.int8()))),
+    ]
+)
 
 
 def _file(tmp_path: Path) -> Path:

@@ -41,17 +41,26 @@ def test_creates_a_missing_target_and_its_parent(tmp_path):
 def test_an_error_inside_leaves_the_previous_folder_and_no_debris(tmp_path):
     target = tmp_path / "model"
     write_folder(target, {"config.json": "old"})
-    with pytest.raises(RuntimeError, match="build failed"), replace_folder(target) as staging:
-        (staging / "config.json").write_text("half")
-        raise RuntimeError("build failed")
+
+    def build_then_fail() -> None:
+        with replace_folder(target) as staging:
+            (staging / "config.json").write_text("half")
+            raise RuntimeError("build failed")
+
+    with pytest.raises(RuntimeError, match="build failed"):
+        build_then_fail()
     assert contents(target) == {"config.json": "old"}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
 
 
 def test_an_error_without_a_previous_folder_leaves_nothing(tmp_path):
-    with pytest.raises(KeyboardInterrupt), replace_folder(tmp_path / "model") as staging:
-        (staging / "weights").write_text("half")
-        raise KeyboardInterrupt
+    def build_then_interrupt() -> None:
+        with replace_folder(tmp_path / "model") as staging:
+            (staging / "weights").write_text("half")
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        build_then_interrupt()
     assert list(tmp_path.iterdir()) == []
 
 

@@ -26,8 +26,9 @@ def mode(path: Path) -> int:
 
 def test_parquet_text_and_concatenated_outputs_follow_the_umask(tmp_path: Path, umask: int) -> None:
     expected = 0o666 & ~umask
-    table = write_table([{"step": 1, "epoch": 0.5, "name": "reward", "value": 0.25}], tmp_path / "m.parquet",
-                        TRAINING_METRICS_SCHEMA)
+    table = write_table(
+        [{"step": 1, "epoch": 0.5, "name": "reward", "value": 0.25}], tmp_path / "m.parquet", TRAINING_METRICS_SCHEMA
+    )
     text = write_text("| a |\n", tmp_path / "t.md")
     chunk = write_table([], tmp_path / "chunk.parquet", EXECUTIONS_SCHEMA)
     _stream_concat([chunk], tmp_path / "executions.parquet")

@@ -18,7 +18,6 @@ import re
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -65,11 +64,11 @@ def _copy_workflow(dest: Path) -> Path:
 
 
 @pytest.fixture
-def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A throwaway copy of the workflow, made the current directory (Snakemake resolves from there)."""
     root = _copy_workflow(tmp_path / "repo")
     monkeypatch.chdir(root)
-    yield root
+    return root
 
 
 def _profile(name: str) -> dict[str, Any]:
@@ -151,7 +150,7 @@ def _submit_descriptions(
 
 def _job_counts(dry_run_output: str) -> dict[str, int]:
     """The first `Job stats:` table of a dry run, as {rule: count} (without the total)."""
-    match = re.search(r"Job stats:\n.*?\n-+\s+-+\n(.*?)\ntotal\s+(\d+)", dry_run_output, re.S)
+    match = re.search(r"Job stats:\n.*?\n-+\s+-+\n(.*?)\ntotal\s+(\d+)", dry_run_output, re.DOTALL)
     assert match, f"no job stats in the dry-run output:\n{dry_run_output[-3000:]}"
     counts = {}
     for line in match.group(1).splitlines():
@@ -281,9 +280,7 @@ def _expected_counts(configfile: str | None) -> dict[str, int]:
     [("condor", None), ("condor", PUBLISHED), ("profiles/condor", None)],
     ids=["default", "barc-multiturn", "profile-by-path"],
 )
-def test_dry_run_builds_the_whole_dag_without_a_schedd(
-    workdir: Path, profile: str, configfile: str | None
-) -> None:
+def test_dry_run_builds_the_whole_dag_without_a_schedd(workdir: Path, profile: str, configfile: str | None) -> None:
     argv = [sys.executable, "-m", "snakemake", "-n", "--profile", profile]
     if configfile:
         argv += ["--configfile", configfile]

@@ -39,8 +39,11 @@ def _dry_run(argv: list[str], monkeypatch: pytest.MonkeyPatch) -> Workflow:
 
 
 @pytest.mark.parametrize("configfile", [None, "config/barc-multiturn.yaml"], ids=["default", "barc-multiturn"])
-def test_gpu_rules_take_one_gpu_of_the_machines_gpus(workdir: Path, monkeypatch: pytest.MonkeyPatch,  # noqa: F811
-                                                      configfile: str | None) -> None:
+def test_gpu_rules_take_one_gpu_of_the_machines_gpus(
+    workdir: Path,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+    configfile: str | None,
+) -> None:
     argv = ["--profile", "profiles/workstation", "-n", "--resources", "gpus=4"]
     workflow = _dry_run(argv + (["--configfile", configfile] if configfile else []), monkeypatch)
     assert workflow.global_resources["gpus"] == 4
@@ -66,8 +69,11 @@ time.sleep(float(sys.argv[4]))
 
 
 def _holder(count: int, n_gpus: int, lock_dir: Path, hold_s: float) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", HOLDER, str(count), str(n_gpus), str(lock_dir), str(hold_s)],
-                            stdout=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(count), str(n_gpus), str(lock_dir), str(hold_s)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
 
 
 def test_concurrent_jobs_get_different_gpus_and_wait_for_a_free_one(tmp_path: Path) -> None:

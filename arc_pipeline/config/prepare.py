@@ -65,8 +65,9 @@ def resolve_base(name: str, basedir: Path) -> Path:
         if path.is_file():
             return path
     presets = sorted(p.stem for p in (basedir / "config").glob("*.yaml") if p.stem != "config")
-    raise ConfigError(f"config key base: {name!r} is neither a file nor a preset; presets: default, "
-                      f"{', '.join(presets)}")
+    raise ConfigError(
+        f"config key base: {name!r} is neither a file nor a preset; presets: default, {', '.join(presets)}"
+    )
 
 
 def load_base(name: str, basedir: Path, seen: tuple[Path, ...] = ()) -> dict:
@@ -161,8 +162,9 @@ def validate(config: dict) -> WorkflowConfig:
         raise ConfigError(f"invalid config:\n{describe(error, WorkflowConfig)}") from None
 
 
-def prepare_config(config: dict, overrides: dict, basedir: str | Path,
-                   configfiles: list[str] | tuple[str, ...] = ()) -> WorkflowConfig:
+def prepare_config(
+    config: dict, overrides: dict, basedir: str | Path, configfiles: list[str] | tuple[str, ...] = ()
+) -> WorkflowConfig:
     """Complete ``config`` in place (see the module docstring) and return it validated."""
     basedir = Path(basedir)
     merged = renamed_keys(config)
@@ -187,8 +189,10 @@ def prepare_config(config: dict, overrides: dict, basedir: str | Path,
     workflow_config = validate(merged)
     for name, path in workflow_config.evaluate.extra_adapters.items():
         if not Path(path).expanduser().is_dir():
-            raise ConfigError(f"evaluate.extra_adapters.{name}: adapter folder {path} not found "
-                              f"(relative paths start at {Path.cwd()})")
+            raise ConfigError(
+                f"evaluate.extra_adapters.{name}: adapter folder {path} not found "
+                f"(relative paths start at {Path.cwd()})"
+            )
     config.clear()
     config.update(workflow_config.model_dump(mode="json"))
     return workflow_config

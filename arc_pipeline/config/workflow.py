@@ -42,13 +42,17 @@ class GpuJobConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    request_gpus: NonNegativeInt = Field(1, description="GPUs per job (also the `gpus` resource a workstation "
-                                         "run limits with --resources gpus=N)")
+    request_gpus: NonNegativeInt = Field(
+        1, description="GPUs per job (also the `gpus` resource a workstation run limits with --resources gpus=N)"
+    )
     request_memory: str = Field("64GB", description="host memory per job")
     request_disk: str = Field("100GB", description="scratch disk per job")
     gpus_minimum_memory: int = Field(40000, description="MiB of GPU memory a matching GPU has at least")
-    threads: PositiveInt = Field(8, description="CPU threads per job (Snakemake's `threads`; the training "
-                                 "reward sandbox uses this many workers unless train.execution_workers is set)")
+    threads: PositiveInt = Field(
+        8,
+        description="CPU threads per job (Snakemake's `threads`; the training "
+        "reward sandbox uses this many workers unless train.execution_workers is set)",
+    )
 
 
 class CpuJobConfig(BaseModel):
@@ -56,8 +60,11 @@ class CpuJobConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    threads: PositiveInt = Field(2, description="CPU threads per job (Snakemake's `threads`; the sandbox uses "
-                                 "this many workers unless execute.workers is set)")
+    threads: PositiveInt = Field(
+        2,
+        description="CPU threads per job (Snakemake's `threads`; the sandbox uses "
+        "this many workers unless execute.workers is set)",
+    )
 
 
 class ClusterConfig(BaseModel):
@@ -78,10 +85,13 @@ class WorkflowConfig(BaseModel):
     barc: BarcConfig = Field(description="the BARC data stages")
     arc_tasks: ArcTasksConfig = Field(description="stage arc_tasks: the ARC-AGI evaluation tasks")
     model: ModelStageConfig = Field(description="stage model: the base model folder")
-    inference: InferenceConfig = Field(description="stage inference: sampling and the vLLM engine (BARC parts; "
-                                       "the evaluation's runs use it too)")
-    execute: ExecuteConfig = Field(description="stage execute: the sandbox and scoring of BARC predictions "
-                                   "(the evaluation's execute jobs use it with evaluate.execute over it)")
+    inference: InferenceConfig = Field(
+        description="stage inference: sampling and the vLLM engine (BARC parts; the evaluation's runs use it too)"
+    )
+    execute: ExecuteConfig = Field(
+        description="stage execute: the sandbox and scoring of BARC predictions "
+        "(the evaluation's execute jobs use it with evaluate.execute over it)"
+    )
     refine_dataset: RefineDatasetConfig = Field(description="stage refine_dataset: the second-turn training set")
     train: TrainConfig = Field(description="stage train: GRPO of the refinement LoRA")
     evaluate: EvaluateConfig = Field(description="stage evaluate: the ARC-AGI evaluation runs and their tables")

@@ -30,11 +30,11 @@ class Augmentation:
             raise ValueError(f"color_map must be a permutation of 0..9, got {self.color_map}")
 
     @classmethod
-    def identity(cls) -> "Augmentation":
+    def identity(cls) -> Augmentation:
         return cls(False, 0, tuple(range(10)))
 
     @classmethod
-    def random(cls, rng: np.random.Generator) -> "Augmentation":
+    def random(cls, rng: np.random.Generator) -> Augmentation:
         hflip = bool(rng.integers(2))
         rot90_k = int(rng.integers(4))
         if rng.random() < FULL_PERMUTATION_PROBABILITY:
@@ -44,7 +44,7 @@ class Augmentation:
         return cls(hflip, rot90_k, color_map)
 
     @classmethod
-    def from_row(cls, row: dict) -> "Augmentation":
+    def from_row(cls, row: dict) -> Augmentation:
         return cls(bool(row["hflip"]), int(row["rot90_k"]), tuple(int(c) for c in row["color_map"]))
 
     def to_row(self) -> dict:

@@ -46,9 +46,7 @@ def as_grid(value: Any, *, max_side: int = MAX_GRID_SIDE) -> Grid:
         raise GridError(f"grid is empty (shape {array.shape})")
     if array.shape[0] > max_side or array.shape[1] > max_side:
         raise GridError(f"grid shape {array.shape} exceeds {max_side} x {max_side}")
-    if array.dtype == bool or not (
-        np.issubdtype(array.dtype, np.integer) or np.issubdtype(array.dtype, np.floating)
-    ):
+    if array.dtype == bool or not (np.issubdtype(array.dtype, np.integer) or np.issubdtype(array.dtype, np.floating)):
         raise GridError(f"grid values must be integers, got dtype {array.dtype}")
     if np.issubdtype(array.dtype, np.floating):
         if not np.all(np.isfinite(array)) or not np.all(array == np.round(array)):
@@ -74,6 +72,4 @@ def grid_to_text(grid: Grid) -> str:
 
 def draw_grid(grid: Grid) -> str:
     """A compact drawing for humans (digits, '.' for black), used by ``arc-pipeline inspect``."""
-    return "\n".join(
-        "".join("." if int(cell) == 0 else str(int(cell)) for cell in row) for row in np.asarray(grid)
-    )
+    return "\n".join("".join("." if int(cell) == 0 else str(int(cell)) for cell in row) for row in np.asarray(grid))

@@ -38,7 +38,7 @@ def max_overlap_matches(prediction: Grid, truth: Grid) -> int:
     rows = (pred[:, None, None, :] == windows[None]).sum(axis=-1, dtype=np.int16)  # (h1, h2, n_dx)
     by_offset = np.zeros((h1, h1 + h2 - 1, n_dx), dtype=np.int16)  # [i, dy + h1 - 1, dx]
     s0, s1, s2 = by_offset.strides
-    skewed = as_strided(by_offset[0, h1 - 1:], shape=(h1, h2, n_dx), strides=(s0 - s1, s1, s2))
+    skewed = as_strided(by_offset[0, h1 - 1 :], shape=(h1, h2, n_dx), strides=(s0 - s1, s1, s2))
     skewed[...] = rows  # skewed[i, k] is by_offset[i, k - i + h1 - 1]
     return int(by_offset.sum(axis=0).max())
 

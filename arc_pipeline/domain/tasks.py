@@ -8,7 +8,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-
 from arc_pipeline.domain.grids import Grid, as_grid, grids_to_lists
 
 
@@ -51,13 +50,11 @@ class Task:
             "train_inputs": grids_to_lists(self.train_inputs),
             "train_outputs": grids_to_lists(self.train_outputs),
             "test_inputs": grids_to_lists(self.test_inputs),
-            "test_outputs": None
-            if any(grid is None for grid in test_outputs)
-            else grids_to_lists(test_outputs),
+            "test_outputs": None if any(grid is None for grid in test_outputs) else grids_to_lists(test_outputs),
         }
 
     @classmethod
-    def from_row(cls, row: dict[str, Any]) -> "Task":
+    def from_row(cls, row: dict[str, Any]) -> Task:
         """Inverse of :meth:`to_row`; raises GridError naming nothing: callers add the task id."""
         train = tuple(
             Pair(as_grid(i), as_grid(o)) for i, o in zip(row["train_inputs"], row["train_outputs"], strict=True)
@@ -70,8 +67,9 @@ class Task:
         return cls(task_id=row["task_id"], train=train, test=test, source=row.get("source") or "")
 
     @classmethod
-    def from_arc_json(cls, task_id: str, challenge: dict[str, Any], solutions: list[Any] | None = None,
-                      source: str = "") -> "Task":
+    def from_arc_json(
+        cls, task_id: str, challenge: dict[str, Any], solutions: list[Any] | None = None, source: str = ""
+    ) -> Task:
         """From the ARC JSON format: ``{"train": [{"input", "output"}], "test": [{"input"}]}``."""
         train = tuple(Pair(as_grid(p["input"]), as_grid(p["output"])) for p in challenge["train"])
         test = []

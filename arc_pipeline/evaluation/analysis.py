@@ -23,8 +23,7 @@ from arc_pipeline.scoring.voting import vote
 log = logging.getLogger(__name__)
 
 
-def pass_at_k_curve(executions: pl.DataFrame, test_known: Mapping[str, bool],
-                    success: str = "solved") -> pl.DataFrame:
+def pass_at_k_curve(executions: pl.DataFrame, test_known: Mapping[str, bool], success: str = "solved") -> pl.DataFrame:
     """Mean unbiased pass@k over tasks for k = 1..(most predictions of any task).
 
     A task with fewer than k predictions counts with all it has (pass@n): in a refinement run the
@@ -37,14 +36,19 @@ def pass_at_k_curve(executions: pl.DataFrame, test_known: Mapping[str, bool],
     pairs = list(zip(counts["n"].to_list(), counts["c"].to_list()))
     max_k = max(n for n, _ in pairs)
     curve = [sum(pass_at_k(n, c, min(k, n)) for n, c in pairs) / len(pairs) for k in range(1, max_k + 1)]
-    return pl.DataFrame({"k": list(range(1, max_k + 1)), "pass_at_k": curve},
-                        schema={"k": pl.Int64, "pass_at_k": pl.Float64})
+    return pl.DataFrame(
+        {"k": list(range(1, max_k + 1)), "pass_at_k": curve}, schema={"k": pl.Int64, "pass_at_k": pl.Float64}
+    )
 
 
 def runs_pass_at_k(runs: Sequence[Run], test_known: Mapping[str, bool], success: str = "solved") -> pl.DataFrame:
     """Every run's curve, stacked (``RUN_PASS_AT_K_SCHEMA``)."""
-    frames = [pass_at_k_curve(run.executions, test_known, success).select(
-        pl.lit(run.name).alias("run"), pl.lit(run.model).alias("model"), "k", "pass_at_k") for run in runs]
+    frames = [
+        pass_at_k_curve(run.executions, test_known, success).select(
+            pl.lit(run.name).alias("run"), pl.lit(run.model).alias("model"), "k", "pass_at_k"
+        )
+        for run in runs
+    ]
     return pl.concat(frames, how="vertical") if frames else pl.DataFrame()
 
 
@@ -67,8 +71,9 @@ def kaggle_result(run: Run, tasks: Mapping[str, Task]) -> KaggleResult:
         log.info("run %s: some test solutions are unknown, the submission is not scored", run.name)
         return KaggleResult(run, submission, len(tasks), test_inputs, None, None)
     scores = score_submission(submission, tasks)
-    return KaggleResult(run, submission, len(tasks), test_inputs, int(scores["correct"].sum()),
-                        float(scores["score"].mean()))
+    return KaggleResult(
+        run, submission, len(tasks), test_inputs, int(scores["correct"].sum()), float(scores["score"].mean())
+    )
 
 
 def best_kaggle(results: Sequence[KaggleResult], metrics: pl.DataFrame) -> KaggleResult:
@@ -85,11 +90,29 @@ def best_kaggle(results: Sequence[KaggleResult], metrics: pl.DataFrame) -> Kaggl
 def kaggle_table(results: Sequence[KaggleResult], best: KaggleResult) -> pl.DataFrame:
     """``RUN_KAGGLE_SCHEMA`` rows."""
     return pl.DataFrame(
-        [{"run": r.run.name, **r.run.labels(), "tasks": r.tasks, "test_inputs": r.test_inputs,
-          "correct": r.correct, "score": r.score, "best": r.run.name == best.run.name} for r in results],
-        schema={"run": pl.String, "initial": pl.Int64, "refinement": pl.Int64, "model": pl.String,
-                "tasks": pl.Int64, "test_inputs": pl.Int64, "correct": pl.Int64, "score": pl.Float64,
-                "best": pl.Boolean},
+        [
+            {
+                "run": r.run.name,
+                **r.run.labels(),
+                "tasks": r.tasks,
+                "test_inputs": r.test_inputs,
+                "correct": r.correct,
+                "score": r.score,
+                "best": r.run.name == best.run.name,
+            }
+            for r in results
+        ],
+        schema={
+            "run": pl.String,
+            "initial": pl.Int64,
+            "refinement": pl.Int64,
+            "model": pl.String,
+            "tasks": pl.Int64,
+            "test_inputs": pl.Int64,
+            "correct": pl.Int64,
+            "score": pl.Float64,
+            "best": pl.Boolean,
+        },
     )
 
 
@@ -97,17 +120,19 @@ def runs_errors(runs: Sequence[Run]) -> pl.DataFrame:
     """Per run the MEAN over tasks of each error type's share (``RUN_ERRORS_SCHEMA``), with the
     same error types for every run: ALWAYS_ERROR_TYPES, then the others by overall frequency."""
     if not runs:
-        return pl.DataFrame(schema={"run": pl.String, "model": pl.String, "error_type": pl.String,
-                                    "share": pl.Float64})
+        return pl.DataFrame(schema={"run": pl.String, "model": pl.String, "error_type": pl.String, "share": pl.Float64})
     everything = pl.concat([run.executions for run in runs], how="vertical")
     types = error_types_in_order(everything, ALWAYS_ERROR_TYPES)
     rows = []
     for run in runs:
         means = mean_row(error_table(run.executions, types))
-        rows += [{"run": run.name, "model": run.model, "error_type": name, "share": float(means.get(name) or 0.0)}
-                 for name in types]
-    return pl.DataFrame(rows, schema={"run": pl.String, "model": pl.String, "error_type": pl.String,
-                                      "share": pl.Float64})
+        rows += [
+            {"run": run.name, "model": run.model, "error_type": name, "share": float(means.get(name) or 0.0)}
+            for name in types
+        ]
+    return pl.DataFrame(
+        rows, schema={"run": pl.String, "model": pl.String, "error_type": pl.String, "share": pl.Float64}
+    )
 
 
 def errors_wide(errors: pl.DataFrame) -> pl.DataFrame:
@@ -116,8 +141,11 @@ def errors_wide(errors: pl.DataFrame) -> pl.DataFrame:
         return pl.DataFrame()
     # only names of the closed vocabulary become columns, whatever the frame holds (a program's
     # exception name is data; see ERROR_TYPE_COLUMNS)
-    classed = (errors.with_columns(error_class().alias("error_type"))
-               .group_by("run", "model", "error_type", maintain_order=True).agg(pl.col("share").sum()))
+    classed = (
+        errors.with_columns(error_class().alias("error_type"))
+        .group_by("run", "model", "error_type", maintain_order=True)
+        .agg(pl.col("share").sum())
+    )
     types = list(dict.fromkeys(classed["error_type"].to_list()))
     wide = classed.pivot(on="error_type", index=["run", "model"], values="share", maintain_order=True)
     return wide.select("model", "run", *types)

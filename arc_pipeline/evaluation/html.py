@@ -28,7 +28,7 @@ tr:nth-child(even) td { background: #f7f7f7; }
 
 def _cells(line: str) -> list[str]:
     inner = line.strip()
-    inner = inner[1:] if inner.startswith("|") else inner
+    inner = inner.removeprefix("|")
     inner = inner[:-1] if inner.endswith("|") and not inner.endswith("\\|") else inner
     return [cell.strip().replace("\\|", "|") for cell in _CELL_SPLIT.split(inner)]
 
@@ -43,13 +43,21 @@ def markdown_table_html(markdown: str) -> str:
     if len(lines) < 2:
         return "<p>(empty table)</p>"
     header = _cells(lines[0])
-    parts = ["<table>", "<thead><tr>" + "".join(f"<th>{html.escape(c)}</th>" for c in header) + "</tr></thead>",
-             "<tbody>"]
+    parts = [
+        "<table>",
+        "<thead><tr>" + "".join(f"<th>{html.escape(c)}</th>" for c in header) + "</tr></thead>",
+        "<tbody>",
+    ]
     for line in lines[2:]:
         cells = _cells(line)
-        parts.append("<tr>" + "".join(
-            f'<td class="num">{html.escape(c)}</td>' if _is_number(c) else f"<td>{html.escape(c)}</td>"
-            for c in cells) + "</tr>")
+        parts.append(
+            "<tr>"
+            + "".join(
+                f'<td class="num">{html.escape(c)}</td>' if _is_number(c) else f"<td>{html.escape(c)}</td>"
+                for c in cells
+            )
+            + "</tr>"
+        )
     parts.append("</tbody></table>")
     return "\n".join(parts)
 
@@ -64,6 +72,9 @@ def page(title: str, sections: Sequence[tuple[str, str, str]]) -> str:
             body.append(f'<p class="note">{html.escape(note)}</p>')
         if table:
             body.append(markdown_table_html(table))
-    return ("<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\">"
-            f"<title>{html.escape(title)}</title><style>{STYLE}</style></head>\n<body>\n"
-            + "\n".join(body) + "\n</body></html>\n")
+    return (
+        '<!DOCTYPE html>\n<html><head><meta charset="utf-8">'
+        f"<title>{html.escape(title)}</title><style>{STYLE}</style></head>\n<body>\n"
+        + "\n".join(body)
+        + "\n</body></html>\n"
+    )

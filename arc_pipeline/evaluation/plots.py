@@ -85,10 +85,15 @@ def plot_pass_at_k(curves: pl.DataFrame, path: Path, success: str = "solved") ->
         return _message_figure(path, title, "no task with known test solutions: no pass@k curve")
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(8, 5))
-    for (run, model), curve in curves.group_by("run", "model", maintain_order=True):
-        curve = curve.sort("k")
-        ax.plot(curve["k"].to_list(), [100 * v for v in curve["pass_at_k"].to_list()],
-                marker="o" if curve.height <= 16 else None, markersize=3, label=f"{model} ({run})")
+    for (run, model), group in curves.group_by("run", "model", maintain_order=True):
+        curve = group.sort("k")
+        ax.plot(
+            curve["k"].to_list(),
+            [100 * v for v in curve["pass_at_k"].to_list()],
+            marker="o" if curve.height <= 16 else None,
+            markersize=3,
+            label=f"{model} ({run})",
+        )
     max_k = int(curves["k"].max())
     if max_k > 1:
         from matplotlib.ticker import NullFormatter, ScalarFormatter
@@ -115,8 +120,9 @@ def training_series(metrics: pl.DataFrame) -> dict[str, pl.DataFrame]:
         return {}
     series = {}
     for name, _ in TRAINING_PANELS:
-        points = metrics.filter((pl.col("name") == name) & pl.col("value").is_not_null()
-                                & pl.col("value").is_finite()).sort("step")
+        points = metrics.filter(
+            (pl.col("name") == name) & pl.col("value").is_not_null() & pl.col("value").is_finite()
+        ).sort("step")
         if points.height:
             series[name] = points.select("step", "value")
     return series
@@ -140,7 +146,7 @@ def plot_training(metrics: pl.DataFrame, path: Path) -> Path:
         ax.set_xlabel("step", fontsize=8)
         ax.tick_params(labelsize=8)
         ax.grid(True, alpha=0.3)
-    for ax in list(axes.flat)[len(series):]:
+    for ax in list(axes.flat)[len(series) :]:
         ax.set_axis_off()
     fig.suptitle(title)
     fig.tight_layout()
@@ -179,8 +185,18 @@ def plot_errors(errors: pl.DataFrame, path: Path) -> Path:
 
 # ARC's usual colours for the values 0-9 (black background, then blue, red, green, yellow, grey,
 # magenta, orange, light blue, maroon), so that the pictures look like the puzzles people know.
-ARC_COLOURS = ("#000000", "#0074D9", "#FF4136", "#2ECC40", "#FFDC00",
-               "#AAAAAA", "#F012BE", "#FF851B", "#7FDBFF", "#870C25")
+ARC_COLOURS = (
+    "#000000",
+    "#0074D9",
+    "#FF4136",
+    "#2ECC40",
+    "#FFDC00",
+    "#AAAAAA",
+    "#F012BE",
+    "#FF851B",
+    "#7FDBFF",
+    "#870C25",
+)
 
 
 def example_rows(executions: pl.DataFrame, test_known: dict[str, bool], per_kind: int = 2) -> pl.DataFrame:
@@ -190,16 +206,27 @@ def example_rows(executions: pl.DataFrame, test_known: dict[str, bool], per_kind
     prediction solves, shown with its valid prediction of the highest test pixel score (above 0);
     the closest tasks first. Columns: kind, task_id, test_pixel_score, test_outputs.
     """
-    rows = executions.filter(pl.col("task_id").is_in([t for t, known in test_known.items() if known])
-                             & pl.col("error_type").is_null() & pl.col("test_outputs").is_not_null())
+    rows = executions.filter(
+        pl.col("task_id").is_in([t for t, known in test_known.items() if known])
+        & pl.col("error_type").is_null()
+        & pl.col("test_outputs").is_not_null()
+    )
     right = pl.col("train_is_correct").fill_null(False) & pl.col("test_is_correct").fill_null(False)
-    solved = (rows.filter(right).sort("task_id", "prediction_id").unique("task_id", keep="first", maintain_order=True)
-              .head(per_kind).with_columns(pl.lit("solved").alias("kind")))
+    solved = (
+        rows.filter(right)
+        .sort("task_id", "prediction_id")
+        .unique("task_id", keep="first", maintain_order=True)
+        .head(per_kind)
+        .with_columns(pl.lit("solved").alias("kind"))
+    )
     solved_ids = rows.filter(right)["task_id"].unique().to_list()
-    near = (rows.filter(~pl.col("task_id").is_in(solved_ids) & (pl.col("test_pixel_score") > 0))
-            .sort(["test_pixel_score", "task_id", "prediction_id"], descending=[True, False, False])
-            .unique("task_id", keep="first", maintain_order=True)
-            .head(per_kind).with_columns(pl.lit("near miss").alias("kind")))
+    near = (
+        rows.filter(~pl.col("task_id").is_in(solved_ids) & (pl.col("test_pixel_score") > 0))
+        .sort(["test_pixel_score", "task_id", "prediction_id"], descending=[True, False, False])
+        .unique("task_id", keep="first", maintain_order=True)
+        .head(per_kind)
+        .with_columns(pl.lit("near miss").alias("kind"))
+    )
     columns = ["kind", "task_id", "test_pixel_score", "test_outputs"]
     return pl.concat([solved.select(columns), near.select(columns)], how="vertical")
 
@@ -222,13 +249,17 @@ def _draw_grid(ax, grid, title: str) -> None:
     ax.tick_params(which="both", length=0, labelbottom=False, labelleft=False)
 
 
-def plot_examples(runs: list[tuple[str, pl.DataFrame]], tasks: dict, test_known: dict[str, bool], path: Path,
-                  per_kind: int = 2) -> Path:
+def plot_examples(
+    runs: list[tuple[str, pl.DataFrame]], tasks: dict, test_known: dict[str, bool], path: Path, per_kind: int = 2
+) -> Path:
     """Per run (label, executions) up to ``per_kind`` solved tasks and near misses: the first test
     input, the expected output and the prediction's output, side by side."""
     title = "Solved tasks and near misses: test input, expected and predicted output"
-    examples = [(label, row) for label, executions in runs
-                for row in example_rows(executions, test_known, per_kind).iter_rows(named=True)]
+    examples = [
+        (label, row)
+        for label, executions in runs
+        for row in example_rows(executions, test_known, per_kind).iter_rows(named=True)
+    ]
     if not examples:
         return _message_figure(path, title, "no run solved or nearly solved a task with known test solutions")
     plt = _pyplot()
@@ -236,9 +267,13 @@ def plot_examples(runs: list[tuple[str, pl.DataFrame]], tasks: dict, test_known:
     for (label, row), (ax_in, ax_expected, ax_predicted) in zip(examples, axes):
         task = tasks[row["task_id"]]
         score = row["test_pixel_score"]
-        verdict = ("solved" if row["kind"] == "solved"
-                   else "near miss: test right, train wrong" if score >= 1.0
-                   else f"near miss, test pixel score {score:.0%}")
+        verdict = (
+            "solved"
+            if row["kind"] == "solved"
+            else "near miss: test right, train wrong"
+            if score >= 1.0
+            else f"near miss, test pixel score {score:.0%}"
+        )
         _draw_grid(ax_in, task.test_inputs[0], f"{label}\n{row['task_id']}: test input")
         _draw_grid(ax_expected, task.test_outputs[0], "expected")
         _draw_grid(ax_predicted, row["test_outputs"][0], f"predicted ({verdict})")

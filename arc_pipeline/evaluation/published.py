@@ -13,9 +13,18 @@ from arc_pipeline.scoring.tables import runs_table
 
 # ARC-AGI-1 evaluation, 400 tasks (docs/defaults.md); shares, not percentages.
 PUBLISHED_COLUMNS = (
-    "valid code", "valid outputs", "unique outputs", "train_pixel_score", "train_correct_grids",
-    "train_pass_rate", "train_is_correct", "test_pixel_score", "test_correct_grids", "test_pass_rate",
-    "test_is_correct", "is_correct",
+    "valid code",
+    "valid outputs",
+    "unique outputs",
+    "train_pixel_score",
+    "train_correct_grids",
+    "train_pass_rate",
+    "train_is_correct",
+    "test_pixel_score",
+    "test_correct_grids",
+    "test_pass_rate",
+    "test_is_correct",
+    "is_correct",
 )
 PUBLISHED_ROWS: tuple[tuple[int, int, str, tuple[float, ...]], ...] = (
     (128, 0, "base", (99.9, 71.7, 49.8, 42.1, 2.4, 1.6, 16.3, 40.9, 2.0, 2.0, 23.0, 16.3)),
@@ -33,9 +42,13 @@ def published_table() -> pl.DataFrame:
     """The three published rows: initial, refinement, model, the twelve metrics as shares and the
     dropped refinement prompts (none: their refinement context was 14,500 tokens)."""
     rows = [
-        {"initial": initial, "refinement": refinement, "model": model,
-         **{name: value / 100 for name, value in zip(PUBLISHED_COLUMNS, values)},
-         DROPPED_PROMPTS: 0 if refinement else None}
+        {
+            "initial": initial,
+            "refinement": refinement,
+            "model": model,
+            **{name: value / 100 for name, value in zip(PUBLISHED_COLUMNS, values)},
+            DROPPED_PROMPTS: 0 if refinement else None,
+        }
         for initial, refinement, model, values in PUBLISHED_ROWS
     ]
     return pl.DataFrame(rows).with_columns(pl.col("initial", "refinement", DROPPED_PROMPTS).cast(pl.Int64))
@@ -45,10 +58,12 @@ def comparison_table(results: pl.DataFrame, rules: str) -> pl.DataFrame:
     """Published rows then this run's rows; ``source`` tells them apart and ``execution rules`` names
     the rules each was scored under (``rules``: this run's ``execute.rules``). This run's ``solved``
     column is kept, null ("-") for the published rows, which did not report it."""
-    ours = results.drop("run", strict=False).with_columns(pl.lit("this run").alias("source"),
-                                                          pl.lit(rules).alias(RULES_COLUMN))
-    published = published_table().with_columns(pl.lit("published").alias("source"),
-                                                pl.lit(PUBLISHED_RULES).alias(RULES_COLUMN))
+    ours = results.drop("run", strict=False).with_columns(
+        pl.lit("this run").alias("source"), pl.lit(rules).alias(RULES_COLUMN)
+    )
+    published = published_table().with_columns(
+        pl.lit("published").alias("source"), pl.lit(PUBLISHED_RULES).alias(RULES_COLUMN)
+    )
     table = runs_table([published, ours])
     # this run's column order (published rows lack `solved`, which would otherwise come last)
     first = ("source", RULES_COLUMN)

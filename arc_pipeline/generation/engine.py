@@ -55,7 +55,8 @@ class EngineOptions(BaseModel):
         description="weights and activations (published: bf16); on a CPU without native bf16, bf16 runs as float32",
     )
     max_model_len: int = Field(
-        9700, gt=0, description="context length: prompt + completion tokens (published run: 9,700)")
+        9700, gt=0, description="context length: prompt + completion tokens (published run: 9,700)"
+    )
     gpu_memory_utilization: float = Field(
         0.92, gt=0, le=1, description="share of GPU memory vLLM may take (on CPU: of the NUMA node's RAM)"
     )
@@ -76,7 +77,8 @@ class EngineOptions(BaseModel):
         16, description="largest LoRA rank the engine accepts when an adapter is used (a vLLM-allowed value)"
     )
     double_bos: bool = Field(
-        False, description="tokenize rendered prompts with the tokenizer's special tokens too, so each begins with "
+        False,
+        description="tokenize rendered prompts with the tokenizer's special tokens too, so each begins with "
         "two <|begin_of_text|> as in the published run (it passed rendered text to vLLM); off = one BOS, as the "
         "model was trained (train.double_bos is the same switch for the GRPO rollouts)",
     )
@@ -153,8 +155,10 @@ def _finish_reason(raw: str | None, where: str) -> FinishReason:
     raise RuntimeError(f"vLLM finished {where} with reason {raw!r} (expected 'stop' or 'length')")
 
 
-STALL_REMEDY = ("Check the stage log above; on CPU use dtype float32 and fewer threads (--cores), on GPU check "
-                "nvidia-smi for another process; if the engine is only slow, raise inference.stall_timeout_s.")
+STALL_REMEDY = (
+    "Check the stage log above; on CPU use dtype float32 and fewer threads (--cores), on GPU check "
+    "nvidia-smi for another process; if the engine is only slow, raise inference.stall_timeout_s."
+)
 
 
 def _platform_workarounds(config: EngineConfig) -> dict[str, Any]:
@@ -170,10 +174,15 @@ def _platform_workarounds(config: EngineConfig) -> dict[str, Any]:
 
     if current_platform.is_cpu():
         if config.kv_cache_memory_gib is None:
-            log.warning("on CPU without kv_cache_memory_gib vLLM takes %.0f%% of the RAM for its KV cache",
-                        100 * config.gpu_memory_utilization)
-        return {"enable_chunked_prefill": False, "max_num_batched_tokens": config.max_model_len,
-                "dtype": resolve_cpu_dtype(config.dtype)}
+            log.warning(
+                "on CPU without kv_cache_memory_gib vLLM takes %.0f%% of the RAM for its KV cache",
+                100 * config.gpu_memory_utilization,
+            )
+        return {
+            "enable_chunked_prefill": False,
+            "max_num_batched_tokens": config.max_model_len,
+            "dtype": resolve_cpu_dtype(config.dtype),
+        }
     return {}
 
 
@@ -231,6 +240,7 @@ class Engine:
             engine = getattr(self._llm, "llm_engine", None)
             step = getattr(engine, "step", None)
             if step is not None:  # one beat per engine step: a stalled step is what we must catch
+
                 def watched_step(*args: Any, **kwargs: Any) -> Any:
                     outputs = step(*args, **kwargs)
                     watchdog.beat()
@@ -276,15 +286,23 @@ class Engine:
         token_ids = [p if isinstance(p, list) else self.tokenize([p])[0] for p in prompts]
         limit = self.max_prompt_tokens(sampling)
         if limit <= 0:
-            raise ValueError(f"max_tokens {sampling.max_tokens} leaves no room for a prompt in max_model_len "
-                             f"{self.config.max_model_len}")
+            raise ValueError(
+                f"max_tokens {sampling.max_tokens} leaves no room for a prompt in max_model_len "
+                f"{self.config.max_model_len}"
+            )
         keep = [i for i, ids in enumerate(token_ids) if len(ids) <= limit]
         skipped = [i for i, ids in enumerate(token_ids) if len(ids) > limit]
         if skipped:
             longest = max(len(token_ids[i]) for i in skipped)
-            log.warning("skipping %d of %d prompts longer than %d tokens (max_model_len %d - max_tokens %d; "
-                        "longest %d)", len(skipped), len(prompts), limit, self.config.max_model_len,
-                        sampling.max_tokens, longest)
+            log.warning(
+                "skipping %d of %d prompts longer than %d tokens (max_model_len %d - max_tokens %d; longest %d)",
+                len(skipped),
+                len(prompts),
+                limit,
+                self.config.max_model_len,
+                sampling.max_tokens,
+                longest,
+            )
         seeds: list[int | None] = [
             None if sampling.seed is None else derive_seed(sampling.seed, "request", keys[i] if keys else i)
             for i in range(len(prompts))
@@ -327,8 +345,13 @@ class Engine:
                     for out in sorted(output.outputs, key=lambda o: o.index)
                 ]
         result = Generations(completions, [len(ids) for ids in token_ids], skipped, time.perf_counter() - started)
-        log.info("generated %d completions (%d tokens) for %d prompts in %.1f s",
-                 sum(map(len, completions)), result.n_generated_tokens, len(keep), result.seconds)
+        log.info(
+            "generated %d completions (%d tokens) for %d prompts in %.1f s",
+            sum(map(len, completions)),
+            result.n_generated_tokens,
+            len(keep),
+            result.seconds,
+        )
         return result
 
     def close(self) -> None:
@@ -336,7 +359,7 @@ class Engine:
         self._llm = None
         gc.collect()
 
-    def __enter__(self) -> "Engine":
+    def __enter__(self) -> Engine:
         return self
 
     def __exit__(self, *exc: object) -> None:

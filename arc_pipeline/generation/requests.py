@@ -82,14 +82,16 @@ def first_turn_requests(
     requests = []
     for task in tasks:
         if not task.train or not task.test:
-            raise ValueError(f"task {task.task_id}: needs train and test pairs "
-                             f"({len(task.train)} train, {len(task.test)} test)")
+            raise ValueError(
+                f"task {task.task_id}: needs train and test pairs ({len(task.train)} train, {len(task.test)} test)"
+            )
         for round_index in range(rounds):
             choice = choose_round(task, seed, turn, round_index)
             prompt = render_round(tokenizer, task, choice)
             requests.append(
-                Request(task.task_id, turn, round_index, choice.augmentation, choice.train_order,
-                        choice.test_index, prompt)
+                Request(
+                    task.task_id, turn, round_index, choice.augmentation, choice.train_order, choice.test_index, prompt
+                )
             )
     return requests
 

@@ -40,8 +40,14 @@ class StallWatchdog:
     ending the process; tests pass their own.
     """
 
-    def __init__(self, stage: str, timeout_s: float, remedy: str,
-                 on_stall: Callable[[str], None] = _stall_exit, poll_s: float | None = None) -> None:
+    def __init__(
+        self,
+        stage: str,
+        timeout_s: float,
+        remedy: str,
+        on_stall: Callable[[str], None] = _stall_exit,
+        poll_s: float | None = None,
+    ) -> None:
         self.stage = stage
         self.timeout_s = timeout_s
         self.remedy = remedy
@@ -54,7 +60,7 @@ class StallWatchdog:
         self._thread = threading.Thread(target=self._watch, name=f"{stage}-watchdog", daemon=True)
         self.fired = False
 
-    def start(self) -> "StallWatchdog":
+    def start(self) -> StallWatchdog:
         self._thread.start()
         return self
 
@@ -75,8 +81,10 @@ class StallWatchdog:
 
     def message(self) -> str:
         where = f" ({self._progress})" if self._progress else ""
-        return (f"{self.stage}: no progress for {self.timeout_s:g} s while {self._activity}{where}; "
-                f"the engine is stuck and was stopped. {self.remedy}")
+        return (
+            f"{self.stage}: no progress for {self.timeout_s:g} s while {self._activity}{where}; "
+            f"the engine is stuck and was stopped. {self.remedy}"
+        )
 
     def _watch(self) -> None:
         while not self._stop.wait(self._poll_s):
@@ -85,7 +93,7 @@ class StallWatchdog:
                 self._on_stall(self.message())
                 return
 
-    def __enter__(self) -> "StallWatchdog":
+    def __enter__(self) -> StallWatchdog:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

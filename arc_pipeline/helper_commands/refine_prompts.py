@@ -1,4 +1,4 @@
-"""Helper ``arc-pipeline refine-prompts`` (run by rules/evaluate.smk): the evaluation's refinement prompts, ``refinement_prompts`` per task.
+"""Helper ``arc-pipeline refine-prompts`` (rules/evaluate.smk): the evaluation's refinement prompts, per task.
 
 From the first ``--first-predictions`` baseline predictions of each evaluation task (the rounds
 sampled first, :func:`arc_pipeline.evaluation.runs.first_half`), the wrong ones with valid outputs and
@@ -18,7 +18,6 @@ import polars as pl
 from pydantic import BaseModel, ConfigDict, Field
 
 from arc_pipeline.config.slices import add_config_argument, parse_config
-from arc_pipeline.task_files import read_tasks_by_id
 from arc_pipeline.domain.tasks import Task
 from arc_pipeline.errors import PipelineError
 from arc_pipeline.evaluation.runs import first_half
@@ -31,6 +30,7 @@ from arc_pipeline.refinement import (
     select_for_evaluation,
 )
 from arc_pipeline.schemas import EXECUTIONS_SCHEMA, PREDICTIONS_SCHEMA, REFINEMENT_SCHEMA
+from arc_pipeline.task_files import read_tasks_by_id
 
 log = logging.getLogger(__name__)
 
@@ -43,19 +43,27 @@ class RefinePromptsConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    refinement_prompts: int = Field(8, ge=1, description="prompts per task, cycling through its distinct "
-                                    "wrong predictions (published run: 8, each sampled 8 times)")
-    max_model_len: int = Field(9700, gt=0, description="context length of the refinement inference "
-                               "(published refinement evaluation: 14,500)")
+    refinement_prompts: int = Field(
+        8,
+        ge=1,
+        description="prompts per task, cycling through its distinct "
+        "wrong predictions (published run: 8, each sampled 8 times)",
+    )
+    max_model_len: int = Field(
+        9700, gt=0, description="context length of the refinement inference (published refinement evaluation: 14,500)"
+    )
     max_tokens: int = Field(1024, ge=1, description="completion tokens of the refinement inference")
     double_bos: bool = Field(False, description="the refinement inference adds a second BOS (one more token)")
 
     def max_prompt_tokens(self, tokenizer) -> int:
         """The longest prompt kept, counted as REFINEMENT_SCHEMA's ``prompt_tokens`` (rendered text)."""
-        limit = prompt_token_limit(self.max_model_len, self.max_tokens) - added_prompt_tokens(tokenizer, self.double_bos)
+        limit = prompt_token_limit(self.max_model_len, self.max_tokens) - added_prompt_tokens(
+            tokenizer, self.double_bos
+        )
         if limit < 1:
-            raise ValueError(f"max_tokens {self.max_tokens} leaves no room for a prompt in max_model_len "
-                             f"{self.max_model_len}")
+            raise ValueError(
+                f"max_tokens {self.max_tokens} leaves no room for a prompt in max_model_len {self.max_model_len}"
+            )
         return limit
 
 
@@ -64,14 +72,19 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--predictions", type=Path, required=True, help="baseline predictions parquet")
     parser.add_argument("--executions", type=Path, required=True, help="baseline executions parquet")
     parser.add_argument("--model", type=Path, required=True, help="model folder (its tokenizer renders the prompts)")
-    parser.add_argument("--first-predictions", type=int, required=True,
-                        help="refine only the first N predictions of each task (n_eval / 2)")
+    parser.add_argument(
+        "--first-predictions",
+        type=int,
+        required=True,
+        help="refine only the first N predictions of each task (n_eval / 2)",
+    )
     parser.add_argument("--output", type=Path, required=True, help="refinement prompts parquet (REFINEMENT_SCHEMA)")
-    parser.add_argument("--dropped", type=Path, help="the prompts dropped as too long (REFINEMENT_SCHEMA); "
-                        "the evaluation report counts them per run")
+    parser.add_argument(
+        "--dropped",
+        type=Path,
+        help="the prompts dropped as too long (REFINEMENT_SCHEMA); the evaluation report counts them per run",
+    )
     add_config_argument(parser)
-
-
 
 
 def build_prompts(
@@ -90,8 +103,9 @@ def build_prompts(
     half = first_half(executions.filter(pl.col("turn") == 1), predictions, first_predictions)
     selected = attach_predictions(select_for_evaluation(half, k=config.refinement_prompts), predictions)
     distinct = selected.unique(subset=["prediction_id"], keep="first", maintain_order=True)
-    rendered = {row["prediction_id"]: row
-                for row in refinement_examples(tasks, distinct.iter_rows(named=True), tokenizer)}
+    rendered = {
+        row["prediction_id"]: row for row in refinement_examples(tasks, distinct.iter_rows(named=True), tokenizer)
+    }
     examples = [rendered[prediction_id] for prediction_id in selected["prediction_id"].to_list()]
     limit = config.max_prompt_tokens(tokenizer)
     kept, dropped = drop_long_prompts(examples, limit)
@@ -124,8 +138,7 @@ def run(args: argparse.Namespace) -> int:
         raise InputFileError(f"{args.executions}: tasks not in {args.tasks}: {sorted(unknown)[:5]}")
     tokenizer = load_tokenizer(args.model)
     try:
-        rows, dropped, counts = build_prompts(tasks, predictions, executions, tokenizer, args.first_predictions,
-                                              config)
+        rows, dropped, counts = build_prompts(tasks, predictions, executions, tokenizer, args.first_predictions, config)
     except ValueError as error:  # the config leaves no room for a prompt: the message names the fields
         raise PipelineError(str(error)) from None
     log.info("refinement prompts: %s", ", ".join(f"{key} {value}" for key, value in counts.items()))

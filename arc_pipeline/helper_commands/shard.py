@@ -51,7 +51,6 @@ def run(args: argparse.Namespace) -> int:
         raise PipelineError(f"--index {args.index} --count {args.count}: {error}") from None
     if shard.height == 0:
         log.warning("%s: shard %d of %d is empty (%d tasks)", args.tasks, args.index, args.count, frame.height)
-    log.info("%s: shard %d of %d holds %d of %d tasks", args.tasks, args.index, args.count, shard.height,
-             frame.height)
+    log.info("%s: shard %d of %d holds %d of %d tasks", args.tasks, args.index, args.count, shard.height, frame.height)
     write_table(shard, args.output, TASKS_SCHEMA)
     return 0

@@ -73,4 +73,3 @@ def load_tokenizer(model_dir: str | os.PathLike) -> Any:
     if tokenizer.chat_template is None:
         raise ModelFolderError(f"{path}: the tokenizer has no chat template")
     return tokenizer
-

@@ -37,8 +37,9 @@ class LlamaShape(BaseModel):
     num_hidden_layers: int = Field(32, ge=1, description="transformer layers")
     num_attention_heads: int = Field(32, ge=1, description="query heads")
     num_key_value_heads: int = Field(8, ge=1, description="key/value heads (grouped-query attention)")
-    max_position_embeddings: int = Field(131072, ge=12288, description="longest context the model accepts "
-                                         "(at least the refinement evaluation's)")
+    max_position_embeddings: int = Field(
+        131072, ge=12288, description="longest context the model accepts (at least the refinement evaluation's)"
+    )
     rope_theta: float = Field(500000.0, gt=0, description="RoPE base frequency")
     rope_scaling: dict[str, Any] | None = Field(
         default_factory=lambda: {
@@ -143,7 +144,12 @@ def build_random_model(tasks_path: Path, output: Path, config: RandomModelConfig
     n_params = sum(parameter.numel() for parameter in model.parameters())
     log.info(
         "random model: %d parameters (%s, %s), vocabulary %d; init %.1f s, save %.1f s",
-        n_params, config.dtype, device, len(tokenizer), init_seconds, save_seconds,
+        n_params,
+        config.dtype,
+        device,
+        len(tokenizer),
+        init_seconds,
+        save_seconds,
     )
     return {
         "source": "random",

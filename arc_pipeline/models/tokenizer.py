@@ -53,7 +53,7 @@ LLAMA31_CHAT_TEMPLATE = (
 )
 
 # A BARC-style answer, so that completions (prose, a fenced Python block) tokenize sensibly.
-EXAMPLE_ANSWER = '''```python
+EXAMPLE_ANSWER = """```python
 from common import *
 
 import numpy as np
@@ -91,7 +91,7 @@ def transform(input_grid):
                 output_grid[i, j] = Color.BLUE
     return output_grid
 ```
-'''
+"""
 
 # The warm-up answers go into the corpus this many times, so that their words become single tokens.
 WARMUP_CORPUS_REPEATS = 20

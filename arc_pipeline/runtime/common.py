@@ -169,13 +169,12 @@ def flood_fill(grid, x, y, color, connectivity=4):
     old = grid[x, y]
     assert connectivity in [4, 8]
     if old == color:
-        return None
+        return
     n, m = grid.shape
-    if isinstance(x, (int, np.integer)) and isinstance(y, (int, np.integer)) \
-            and 0 <= x < n and 0 <= y < m:
+    if isinstance(x, (int, np.integer)) and isinstance(y, (int, np.integer)) and 0 <= x < n and 0 <= y < m:
         region = _reach(grid == old, int(x), int(y), connectivity)
         grid[region] = color
-        return None
+        return
     # Odd starts (negative indices): BARC's recursion, done iteratively. A position is painted
     # when it still holds `old`; neighbours are bounds-checked against 0..n-1 while the start
     # itself is read and written with numpy's wrap-around.
@@ -190,11 +189,10 @@ def flood_fill(grid, x, y, color, connectivity=4):
             qx, qy = px + dx, py + dy
             if 0 <= qx < n and 0 <= qy < m and grid[qx, qy] == old:
                 stack.append((qx, qy))
-    return None
+    return
 
 
-def draw_line(grid, x, y, end_x=None, end_y=None, length=None, direction=None, color=None,
-              stop_at_color=[]):
+def draw_line(grid, x, y, end_x=None, end_y=None, length=None, direction=None, color=None, stop_at_color=[]):
     """Paint an 8-direction ray in place; return the last painted cell (or the start)."""
     assert (end_x is None) == (end_y is None), "end_x and end_y must be given together"
     assert x == int(x) and y == int(y), "x and y must be integers"
@@ -251,6 +249,7 @@ def find_connected_components(grid, background=Color.BLACK, connectivity=4, mono
 
 def _resolve_overlaps(objects, background):
     """Keep a large set of pairwise disjoint objects (docs/runtime.md 3.4, step 5)."""
+
     def key(obj):
         _, _, w, h = bounding_box(obj, background)
         return (w * h, int(np.sum(obj != background)))
@@ -286,16 +285,24 @@ def _resolve_overlaps(objects, background):
     return kept + [objects[i] for i in chosen]
 
 
-def detect_objects(grid, _=None, predicate=None, background=Color.BLACK, monochromatic=False,
-                   connectivity=None, allowed_dimensions=None, colors=None, can_overlap=False):
+def detect_objects(
+    grid,
+    _=None,
+    predicate=None,
+    background=Color.BLACK,
+    monochromatic=False,
+    connectivity=None,
+    allowed_dimensions=None,
+    colors=None,
+    can_overlap=False,
+):
     """Objects from connected components and/or fixed-size windows, with filters (docs/runtime.md 3.4)."""
     grid = np.asarray(grid)
     objects = []
     if connectivity:
         objects = find_connected_components(grid, background, connectivity, monochromatic)
         if colors:
-            objects = [obj for obj in objects
-                       if all((v in colors) or v == background for v in np.unique(obj).tolist())]
+            objects = [obj for obj in objects if all((v in colors) or v == background for v in np.unique(obj).tolist())]
         if predicate:
             objects = [obj for obj in objects if predicate(crop(obj, background))]
     if allowed_dimensions:
@@ -305,16 +312,17 @@ def detect_objects(grid, _=None, predicate=None, background=Color.BLACK, monochr
         for n, m in allowed_dimensions:
             for i in range(grid.shape[0] - n + 1):
                 for j in range(grid.shape[1] - m + 1):
-                    window = grid[i:i + n, j:j + m]
+                    window = grid[i : i + n, j : j + m]
                     if not np.any(window != background):
                         continue
                     if colors is not None and not all(
-                            (v in colors) or v == background for v in np.unique(window).tolist()):
+                        (v in colors) or v == background for v in np.unique(window).tolist()
+                    ):
                         continue
                     if predicate is not None and not predicate(window):
                         continue
                     candidate = np.full(grid.shape, background, dtype=dtype)
-                    candidate[i:i + n, j:j + m] = window
+                    candidate[i : i + n, j : j + m] = window
                     if any(np.array_equal(candidate, obj) for obj in components):
                         continue
                     objects.append(candidate)
@@ -340,24 +348,37 @@ def bounding_box_mask(grid, background=Color.BLACK):
     """Boolean mask that is True inside the bounding box."""
     x, y, w, h = bounding_box(grid, background)
     mask = np.zeros(np.shape(grid), dtype=bool)
-    mask[x:x + w, y:y + h] = True
+    mask[x : x + w, y : y + h] = True
     return mask
 
 
 def object_position(obj, background=Color.BLACK, anchor="upper left"):
     """A named point of the object's bounding box (docs/runtime.md 3.8)."""
     anchor = anchor.lower().replace(" ", "").replace("top", "upper").replace("bottom", "lower")
-    assert anchor in ("upperleft", "upperright", "lowerleft", "lowerright", "center",
-                      "uppercenter", "lowercenter", "leftcenter", "rightcenter"), \
-        f"unknown anchor {anchor!r}"
+    assert anchor in (
+        "upperleft",
+        "upperright",
+        "lowerleft",
+        "lowerright",
+        "center",
+        "uppercenter",
+        "lowercenter",
+        "leftcenter",
+        "rightcenter",
+    ), f"unknown anchor {anchor!r}"
     x, y, w, h = bounding_box(obj, background)
     left, right, upper, lower = x, x + w - 1, y, y + h - 1
     cx, cy = x + (w - 1) / 2, y + (h - 1) / 2
     point = {
-        "upperleft": (left, upper), "upperright": (right, upper),
-        "lowerleft": (left, lower), "lowerright": (right, lower),
-        "center": (cx, cy), "uppercenter": (cx, upper), "lowercenter": (cx, lower),
-        "leftcenter": (left, cy), "rightcenter": (right, cy),
+        "upperleft": (left, upper),
+        "upperright": (right, upper),
+        "lowerleft": (left, lower),
+        "lowerright": (right, lower),
+        "center": (cx, cy),
+        "uppercenter": (cx, upper),
+        "lowercenter": (cx, lower),
+        "leftcenter": (left, cy),
+        "rightcenter": (right, cy),
     }[anchor]
 
     def tidy(v):
@@ -374,7 +395,7 @@ def object_colors(obj, background=Color.BLACK):
 def crop(grid, background=Color.BLACK):
     """The bounding-box part of the grid, as a view."""
     x, y, w, h = bounding_box(grid, background)
-    return grid[x:x + w, y:y + h]
+    return grid[x : x + w, y : y + h]
 
 
 def blit(grid, sprite, x=0, y=0, background=None):
@@ -395,7 +416,7 @@ def blit(grid, sprite, x=0, y=0, background=None):
                     continue
                 grid[x + i, y + j] = value
         return grid
-    part = sprite[x0 - x:x1 - x, y0 - y:y1 - y]
+    part = sprite[x0 - x : x1 - x, y0 - y : y1 - y]
     if background is None:
         grid[x0:x1, y0:y1] = part
     else:
@@ -425,7 +446,7 @@ def translate(obj, x, y, background=Color.BLACK):
     sx0, sx1 = max(0, -x), min(n, n - x)
     sy0, sy1 = max(0, -y), min(m, m - y)
     if sx0 < sx1 and sy0 < sy1:
-        out[sx0 + x:sx1 + x, sy0 + y:sy1 + y] = obj[sx0:sx1, sy0:sy1]
+        out[sx0 + x : sx1 + x, sy0 + y : sy1 + y] = obj[sx0:sx1, sy0:sy1]
     return out
 
 
@@ -449,24 +470,20 @@ def _placed_masks(object1, object2, x1, y1, x2, y2, background):
     return (n1, m1, n2, m2, dx, dy, object1 != background, object2 != background)
 
 
-def collision(_=None, object1=None, object2=None, x1=0, y1=0, x2=0, y2=0,
-              background=Color.BLACK):
+def collision(_=None, object1=None, object2=None, x1=0, y1=0, x2=0, y2=0, background=Color.BLACK):
     """True iff the two placed objects share a non-background cell."""
-    n1, m1, n2, m2, dx, dy, mask1, mask2 = _placed_masks(object1, object2, x1, y1, x2, y2,
-                                                         background)
+    n1, m1, n2, m2, dx, dy, mask1, mask2 = _placed_masks(object1, object2, x1, y1, x2, y2, background)
     ax0, ay0 = max(0, dx), max(0, dy)
     ax1, ay1 = min(n1, dx + n2), min(m1, dy + m2)
     if ax0 >= ax1 or ay0 >= ay1:
         return False
-    both = mask1[ax0:ax1, ay0:ay1] & mask2[ax0 - dx:ax1 - dx, ay0 - dy:ay1 - dy]
+    both = mask1[ax0:ax1, ay0:ay1] & mask2[ax0 - dx : ax1 - dx, ay0 - dy : ay1 - dy]
     return bool(both.any())
 
 
-def contact(_=None, object1=None, object2=None, x1=0, y1=0, x2=0, y2=0, background=Color.BLACK,
-            connectivity=4):
+def contact(_=None, object1=None, object2=None, x1=0, y1=0, x2=0, y2=0, background=Color.BLACK, connectivity=4):
     """True iff the placed objects overlap or touch (4- or 8-neighbours)."""
-    n1, m1, n2, m2, dx, dy, mask1, mask2 = _placed_masks(object1, object2, x1, y1, x2, y2,
-                                                         background)
+    n1, m1, n2, m2, dx, dy, mask1, mask2 = _placed_masks(object1, object2, x1, y1, x2, y2, background)
     _check_connectivity(connectivity)
     # common canvas with a one-cell margin so that dilation never falls off
     ox, oy = min(0, dx) - 1, min(0, dy) - 1
@@ -474,16 +491,15 @@ def contact(_=None, object1=None, object2=None, x1=0, y1=0, x2=0, y2=0, backgrou
     height = max(m1, dy + m2) - oy + 1
     canvas1 = np.zeros((width, height), dtype=bool)
     canvas2 = np.zeros((width, height), dtype=bool)
-    canvas1[-ox:-ox + n1, -oy:-oy + m1] = mask1
-    canvas2[dx - ox:dx - ox + n2, dy - oy:dy - oy + m2] = mask2
+    canvas1[-ox : -ox + n1, -oy : -oy + m1] = mask1
+    canvas2[dx - ox : dx - ox + n2, dy - oy : dy - oy + m2] = mask2
     return bool(np.any(canvas1 & _dilate(canvas2, connectivity)))
 
 
 def randomly_spaced_indices(max_len, n_indices, border_size=1, padding=1):
     """Sorted random indices, pairwise more than `padding` apart (Python RNG)."""
     if border_size > 0:
-        inner = randomly_spaced_indices(max_len - border_size - 2, n_indices, border_size=0,
-                                        padding=padding)
+        inner = randomly_spaced_indices(max_len - border_size - 2, n_indices, border_size=0, padding=padding)
         return inner + border_size
     chosen = []
     while len(chosen) < n_indices:
@@ -505,8 +521,9 @@ def check_between_objects(obj1, obj2, x, y, padding=0, background=Color.BLACK):
     return False
 
 
-def random_free_location_for_sprite(grid, sprite, background=Color.BLACK, border_size=0, padding=0,
-                                    padding_connectivity=8):
+def random_free_location_for_sprite(
+    grid, sprite, background=Color.BLACK, border_size=0, padding=0, padding_connectivity=8
+):
     """A random (x, y) where the sprite's pixels land only on free cells (Python RNG)."""
     occupied = np.asarray(grid) != background
     if padding > 0:
@@ -601,8 +618,7 @@ class TranslationalSymmetry(Symmetry):
         self.translate_y = translate_y
 
     def apply(self, x, y, iters=1):
-        return (_normalise(x + iters * self.translate_x),
-                _normalise(y + iters * self.translate_y))
+        return (_normalise(x + iters * self.translate_x), _normalise(y + iters * self.translate_y))
 
     def _iter_range(self, grid_shape):
         bounds = []
@@ -614,8 +630,7 @@ class TranslationalSymmetry(Symmetry):
         return (-k, k + 1)
 
     def __repr__(self):
-        return (f"TranslationalSymmetry(translate_x={self.translate_x}, "
-                f"translate_y={self.translate_y})")
+        return f"TranslationalSymmetry(translate_x={self.translate_x}, translate_y={self.translate_y})"
 
     __str__ = __repr__
 
@@ -751,10 +766,10 @@ class _Images:
 
     def chunks(self, size):
         for start in range(0, len(self.params), size):
-            yield self.params[start:start + size]
+            yield self.params[start : start + size]
 
     def __call__(self, xs, ys, rows):
-        a, b, c = (rows[:, i:i + 1] for i in range(3))
+        a, b, c = (rows[:, i : i + 1] for i in range(3))
         return self.function(xs, ys, a, b, c)
 
 
@@ -768,9 +783,11 @@ def detect_translational_symmetry(grid, ignore_colors=[Color.BLACK], background=
         images = shift(params, lambda xs, ys, dx, dy, _: (xs + dx, ys + dy))
         p, o, c = scorer.score(images)
         scores = p - 0.01 * o - 100000 * c
-        return [(float(score), TranslationalSymmetry(int(dx), int(dy)))
-                for score, (dx, dy, _) in zip(scores.tolist(), images.params.tolist())
-                if score > 0]
+        return [
+            (float(score), TranslationalSymmetry(int(dx), int(dy)))
+            for score, (dx, dy, _) in zip(scores.tolist(), images.params.tolist())
+            if score > 0
+        ]
 
     xs = kept([(k, 0, 0) for k in range(1, n)] + [(-k, 0, 0) for k in range(1, n)])
     ys = kept([(0, k, 0) for k in range(1, m)] + [(0, -k, 0) for k in range(1, m)])
@@ -797,8 +814,7 @@ def detect_mirror_symmetry(grid, ignore_colors=[Color.BLACK], background=None):
     params += [(2 * xc + h, 2 * yc + h, 0) for xc in range(n) for yc in range(m) for h in (0, 1)]
 
     def reflect(xs, ys, twice_x, twice_y, _):
-        return (np.where(twice_x >= 0, twice_x - xs, xs),
-                np.where(twice_y >= 0, twice_y - ys, ys))
+        return (np.where(twice_x >= 0, twice_x - xs, xs), np.where(twice_y >= 0, twice_y - ys, ys))
 
     p, o, c = _Scorer(grid, ignore_colors, background).score(_Images(params, reflect))
     scores = p - 0.01 * o - 10000 * c
@@ -809,8 +825,7 @@ def detect_mirror_symmetry(grid, ignore_colors=[Color.BLACK], background=None):
         return twice // 2 if twice % 2 == 0 else twice / 2
 
     best_score, best = 0, []
-    for (twice_x, twice_y, _), pk, ck, score in zip(params, p.tolist(), c.tolist(),
-                                                    scores.tolist()):
+    for (twice_x, twice_y, _), pk, ck, score in zip(params, p.tolist(), c.tolist(), scores.tolist()):
         if ck > 0 or pk == 0:
             continue
         if score > best_score:
@@ -922,10 +937,7 @@ def random_scatter_points(grid, color, density=0.5, background=Color.BLACK):
 
 def generate_position_has_interval(max_len, position_num, if_padding=False):
     """[ext] Old helper: positions of `position_num` separated ones spread over `max_len`."""
-    if if_padding:
-        pattern = [0, 1] * position_num + [0]
-    else:
-        pattern = ([1, 0] * position_num)[:-1]
+    pattern = ([0, 1] * position_num + [0]) if if_padding else ([1, 0] * position_num)[:-1]
     if len(pattern) > max_len:
         return None
     for _ in range(max_len - len(pattern)):
@@ -962,8 +974,9 @@ def apply_diagonal_symmetry(sprite, background=Color.BLACK):
     return sprite
 
 
-def generate_sprite(n, m, symmetry_type, fill_percentage=0.5, max_colors=9, color_palate=None,
-                    connectivity=4, background=Color.BLACK):
+def generate_sprite(
+    n, m, symmetry_type, fill_percentage=0.5, max_colors=9, color_palate=None, connectivity=4, background=Color.BLACK
+):
     """Random-walk sprite of size (n, m) with the given symmetry (docs/runtime.md 5.2)."""
     if color_palate is None:
         k = 1
@@ -1031,13 +1044,19 @@ def generate_sprite(n, m, symmetry_type, fill_percentage=0.5, max_colors=9, colo
     if symmetry_type == "mirror":
         full = np.full((n, m), background)
         full[:wn, :wm] = canvas
-        full[n - wn:, :wm] = np.flip(canvas, axis=0)
-        full[:wn, m - wm:] = np.flip(canvas, axis=1)
-        full[n - wn:, m - wm:] = np.flip(canvas, axis=(0, 1))
+        full[n - wn :, :wm] = np.flip(canvas, axis=0)
+        full[:wn, m - wm :] = np.flip(canvas, axis=1)
+        full[n - wn :, m - wm :] = np.flip(canvas, axis=(0, 1))
         if not is_contiguous(full, background=background, connectivity=connectivity):
-            return generate_sprite(n, m, symmetry_type, fill_percentage=fill_percentage,
-                                   color_palate=palette, connectivity=connectivity,
-                                   background=background)
+            return generate_sprite(
+                n,
+                m,
+                symmetry_type,
+                fill_percentage=fill_percentage,
+                color_palate=palette,
+                connectivity=connectivity,
+                background=background,
+            )
         return full
     if symmetry_type == "diagonal":
         if flag:
@@ -1046,8 +1065,7 @@ def generate_sprite(n, m, symmetry_type, fill_percentage=0.5, max_colors=9, colo
     return canvas
 
 
-def random_sprite(n, m, density=0.5, symmetry=None, color_palette=None, connectivity=4,
-                  background=Color.BLACK):
+def random_sprite(n, m, density=0.5, symmetry=None, color_palette=None, connectivity=4, background=Color.BLACK):
     """A random connected sprite touching all four sides (docs/runtime.md 5.1)."""
     n = list(n) if isinstance(n, range) else (n if isinstance(n, list) else [n])
     m = list(m) if isinstance(m, range) else (m if isinstance(m, list) else [m])
@@ -1073,15 +1091,27 @@ def random_sprite(n, m, density=0.5, symmetry=None, color_palette=None, connecti
         density = 1
     else:
         density = min(max(random.gauss(density, 0.1), 0.4), 0.95)
-    sprite = generate_sprite(n, m, symmetry_type=symmetry, color_palate=color_palette,
-                             fill_percentage=density, connectivity=connectivity,
-                             background=background)
-    assert is_contiguous(sprite, background=background, connectivity=connectivity), \
+    sprite = generate_sprite(
+        n,
+        m,
+        symmetry_type=symmetry,
+        color_palate=color_palette,
+        fill_percentage=density,
+        connectivity=connectivity,
+        background=background,
+    )
+    assert is_contiguous(sprite, background=background, connectivity=connectivity), (
         "Generated sprite is not contiguous."
+    )
     occupied = sprite != background
-    if occupied[0, :].any() and occupied[-1, :].any() and occupied[:, 0].any() \
-            and occupied[:, -1].any():
+    if occupied[0, :].any() and occupied[-1, :].any() and occupied[:, 0].any() and occupied[:, -1].any():
         return sprite
-    return random_sprite(sizes_n, sizes_m, density=requested_density, symmetry=requested,
-                         color_palette=color_palette, connectivity=connectivity,
-                         background=background)
+    return random_sprite(
+        sizes_n,
+        sizes_m,
+        density=requested_density,
+        symmetry=requested,
+        color_palette=color_palette,
+        connectivity=connectivity,
+        background=background,
+    )

@@ -11,8 +11,11 @@ from arc_pipeline.runtime.common import Color
 
 def snapshot_color() -> dict:
     """The public attributes of `Color`, with the two lists copied."""
-    return {name: (list(value) if isinstance(value, list) else value)
-            for name, value in vars(Color).items() if not name.startswith("__")}
+    return {
+        name: (list(value) if isinstance(value, list) else value)
+        for name, value in vars(Color).items()
+        if not name.startswith("__")
+    }
 
 
 def restore_color(snapshot: dict) -> None:

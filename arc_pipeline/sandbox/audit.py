@@ -52,8 +52,9 @@ def _inside(path: Any, roots: Sequence[str]) -> bool:
     return any(absolute == root or absolute.startswith(root + os.sep) for root in roots)
 
 
-def make_hook(file_roots: Sequence[str], listing_roots: Sequence[str],
-              report: Callable[[str], None]) -> Callable[[str, tuple], None]:
+def make_hook(
+    file_roots: Sequence[str], listing_roots: Sequence[str], report: Callable[[str], None]
+) -> Callable[[str, tuple], None]:
     """The hook; ``report(description)`` must record UnsafeCode and end the process.
 
     Files may be opened for reading beneath ``file_roots``; directories listed beneath either.

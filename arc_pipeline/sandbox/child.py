@@ -111,8 +111,16 @@ def _read_job(job_fd: int) -> tuple[int, str, list[np.ndarray], int]:
     return protocol.decode_job(body)
 
 
-def run(job_fd: int, record_fd: int, ready_fd: int, devnull_fd: int, zygote_pid: int,
-        isolation: Isolation, use_audit_hook: bool, ctypes_functions: list = ()) -> NoReturn:
+def run(
+    job_fd: int,
+    record_fd: int,
+    ready_fd: int,
+    devnull_fd: int,
+    zygote_pid: int,
+    isolation: Isolation,
+    use_audit_hook: bool,
+    ctypes_functions: list = (),
+) -> NoReturn:
     """Never returns: the process ends with os._exit whatever happens.
 
     The job is read only after the process has confined itself, and straight from the pipeline; the

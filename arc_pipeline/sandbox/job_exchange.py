@@ -27,8 +27,9 @@ def _close_read_end(fd: int) -> None:
         os.close(null)
 
 
-def exchange(control: socket.socket, job_id: int, body: bytes, n_inputs: int, max_side: int,
-             deadline: float) -> Reply | None:
+def exchange(
+    control: socket.socket, job_id: int, body: bytes, n_inputs: int, max_side: int, deadline: float
+) -> Reply | None:
     """Hand the worker the pipe ends, send the job, collect the record and the worker's status.
 
     None when the worker died, wedged past ``deadline`` or answered nonsense.
@@ -55,8 +56,9 @@ def exchange(control: socket.socket, job_id: int, body: bytes, n_inputs: int, ma
             os.close(record_read)
 
 
-def _collect(control: socket.socket, job_id: int, record_fd: int, n_inputs: int, max_side: int,
-             deadline: float) -> Reply | None:
+def _collect(
+    control: socket.socket, job_id: int, record_fd: int, n_inputs: int, max_side: int, deadline: float
+) -> Reply | None:
     limit = protocol.max_record_size(n_inputs, max_side)
     buffer = bytearray()
     status_message = None

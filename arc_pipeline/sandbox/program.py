@@ -30,6 +30,4 @@ def prepare_code(code: str) -> str:
 
     Prints would waste time and the star import is replaced by the prelude the sandbox runs first.
     """
-    return "\n".join(
-        line for line in code.split("\n") if not any(marker in line for marker in _DROPPED_MARKERS)
-    )
+    return "\n".join(line for line in code.split("\n") if not any(marker in line for marker in _DROPPED_MARKERS))

@@ -120,8 +120,9 @@ def encode_error(type_name: str, message: str) -> bytes:
     return b"E" + struct.pack("<B", len(name)) + name + struct.pack("<H", len(text)) + text
 
 
-def decode_record(record: bytes, n_inputs: int,
-                  max_side: int = MAX_SIDE) -> tuple[list[np.ndarray] | None, str | None, str | None]:
+def decode_record(
+    record: bytes, n_inputs: int, max_side: int = MAX_SIDE
+) -> tuple[list[np.ndarray] | None, str | None, str | None]:
     """Parent side, untrusted bytes: (outputs, None, None) or (None, error_type, message).
 
     ``max_side`` is the job's: a grid larger than the job allowed is malformed."""

@@ -22,8 +22,15 @@ def _signal_name(number: int) -> str:
         return f"signal {number}"
 
 
-def result_from_reply(status: int, detail: int, duration: float, record: bytes, n_inputs: int,
-                      timeout_s: float, max_side: int = protocol.MAX_SIDE) -> ProgramResult:
+def result_from_reply(
+    status: int,
+    detail: int,
+    duration: float,
+    record: bytes,
+    n_inputs: int,
+    timeout_s: float,
+    max_side: int = protocol.MAX_SIDE,
+) -> ProgramResult:
     def error(kind: str, message: str) -> ProgramResult:
         return ProgramResult(None, kind, message[:MAX_MESSAGE_CHARS], duration)
 

@@ -31,8 +31,13 @@ class Sandbox:
     ``common_module`` is the module installed as ``common`` in the workers.
     """
 
-    def __init__(self, config: SandboxConfig = SandboxConfig(), *, audit_hook: bool = True,
-                 common_module: str = "arc_pipeline.runtime.common") -> None:
+    def __init__(
+        self,
+        config: SandboxConfig = SandboxConfig(),
+        *,
+        audit_hook: bool = True,
+        common_module: str = "arc_pipeline.runtime.common",
+    ) -> None:
         self.config = config
         self._workers = [Worker(config, audit_hook, common_module) for _ in range(config.workers)]
         self._lock = threading.Lock()

@@ -46,8 +46,9 @@ class SandboxConfig:
         if self.memory_mb < 256:
             raise ValueError(f"SandboxConfig.memory_mb must be >= 256, got {self.memory_mb}")
         if not 1 <= self.max_output_side <= MAX_OUTPUT_SIDE_LIMIT:
-            raise ValueError(f"SandboxConfig.max_output_side must be in 1..{MAX_OUTPUT_SIDE_LIMIT}, "
-                             f"got {self.max_output_side}")
+            raise ValueError(
+                f"SandboxConfig.max_output_side must be in 1..{MAX_OUTPUT_SIDE_LIMIT}, got {self.max_output_side}"
+            )
 
 
 @dataclass(frozen=True)

@@ -42,8 +42,13 @@ def _worker_environment() -> dict[str, str]:
         "PYTHONDONTWRITEBYTECODE": "1",
         "MALLOC_ARENA_MAX": "2",  # threads would otherwise reserve 64 MiB of address space each
     }
-    for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS",
-                 "VECLIB_MAXIMUM_THREADS"):
+    for name in (
+        "OPENBLAS_NUM_THREADS",
+        "OMP_NUM_THREADS",
+        "MKL_NUM_THREADS",
+        "NUMEXPR_NUM_THREADS",
+        "VECLIB_MAXIMUM_THREADS",
+    ):
         env[name] = "1"
     return env
 
@@ -69,20 +74,34 @@ class Worker:
         # root, appended and removed again before any program runs), not the pipeline's
         bootstrap = "import sys; sys.path.append(sys.argv.pop(1)); from arc_pipeline.sandbox.zygote import main; main()"
         command = [
-            sys.executable, "-s", "-P", "-c", bootstrap, _PACKAGE_PARENT,
-            "--package-root", _PACKAGE_PARENT,
-            "--timeout-s", repr(self.config.timeout_s),
-            "--memory-mb", str(self.config.memory_mb),
-            "--parent-pid", str(os.getpid()),
-            "--common-module", self.common_module,
+            sys.executable,
+            "-s",
+            "-P",
+            "-c",
+            bootstrap,
+            _PACKAGE_PARENT,
+            "--package-root",
+            _PACKAGE_PARENT,
+            "--timeout-s",
+            repr(self.config.timeout_s),
+            "--memory-mb",
+            str(self.config.memory_mb),
+            "--parent-pid",
+            str(os.getpid()),
+            "--common-module",
+            self.common_module,
         ]
         if not self.audit_hook:
             command.append("--no-audit-hook")
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             self.process = subprocess.Popen(
-                command, stdin=theirs.fileno(), stdout=subprocess.DEVNULL,
-                env=_worker_environment(), start_new_session=True, close_fds=True,
+                command,
+                stdin=theirs.fileno(),
+                stdout=subprocess.DEVNULL,
+                env=_worker_environment(),
+                start_new_session=True,
+                close_fds=True,
             )
         except BaseException:
             ours.close()
@@ -130,8 +149,9 @@ class Worker:
             pass
         if outcome is not None:
             status, detail, duration, record = outcome
-            return result_from_reply(status, detail, duration, record, len(inputs), self.config.timeout_s,
-                                     self.config.max_output_side)
+            return result_from_reply(
+                status, detail, duration, record, len(inputs), self.config.timeout_s, self.config.max_output_side
+            )
         # the worker died, wedged or answered nonsense: replace it, record the loss, go on
         self.stop()
         elapsed = time.monotonic() - started

@@ -82,8 +82,16 @@ class Zygote:
         pid = os.fork()
         if pid == 0:
             os.close(ready_read)
-            self.child.run(job_fd, record_fd, ready_write, self.devnull, self.pid, self.isolation,
-                           self.audit_hook, self.ctypes_functions)
+            self.child.run(
+                job_fd,
+                record_fd,
+                ready_write,
+                self.devnull,
+                self.pid,
+                self.isolation,
+                self.audit_hook,
+                self.ctypes_functions,
+            )
         os.close(ready_write)
         os.close(job_fd)
         os.close(record_fd)
@@ -160,7 +168,7 @@ def main() -> None:
     os.close(null)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
-    from arc_pipeline.sandbox import isolation, protocol
+    from arc_pipeline.sandbox import isolation
 
     mechanisms = isolation.isolate_worker()
     if os.getppid() != args.parent_pid:

@@ -45,8 +45,9 @@ def _augmented_inputs(task: Task, augmentation: Augmentation) -> list[Grid]:
     return [augmentation.apply(grid) for grid in (*task.train_inputs, *task.test_inputs)]
 
 
-def _failed_row(base: dict[str, Any], has_code: bool, error_type: str, message: str | None,
-                duration_s: float) -> dict[str, Any]:
+def _failed_row(
+    base: dict[str, Any], has_code: bool, error_type: str, message: str | None, duration_s: float
+) -> dict[str, Any]:
     return {
         **base,
         "has_code": has_code,
@@ -68,16 +69,21 @@ def _undo_outputs(outputs: Sequence[Any], augmentation: Augmentation) -> list[Gr
     return [augmentation.undo(as_grid(output, max_side=MAX_OUTPUT_SIDE_LIMIT)) for output in outputs]
 
 
-def execution_row(base: dict[str, Any], task: Task, augmentation: Augmentation,
-                  result: ProgramResult) -> dict[str, Any]:
+def execution_row(
+    base: dict[str, Any], task: Task, augmentation: Augmentation, result: ProgramResult
+) -> dict[str, Any]:
     """One EXECUTIONS_SCHEMA row from a sandbox result (outputs still augmented)."""
     if result.error_type is not None or result.outputs is None:
-        return _failed_row(base, True, result.error_type or INVALID_OUTPUT, result.error_message,
-                           result.duration_s)
+        return _failed_row(base, True, result.error_type or INVALID_OUTPUT, result.error_message, result.duration_s)
     n_train, n_test = len(task.train), len(task.test)
     if len(result.outputs) != n_train + n_test:
-        return _failed_row(base, True, INVALID_OUTPUT,
-                           f"{len(result.outputs)} outputs for {n_train + n_test} inputs", result.duration_s)
+        return _failed_row(
+            base,
+            True,
+            INVALID_OUTPUT,
+            f"{len(result.outputs)} outputs for {n_train + n_test} inputs",
+            result.duration_s,
+        )
     try:
         outputs = _undo_outputs(result.outputs, augmentation)
     except GridError as error:
@@ -133,8 +139,9 @@ def prepare_run(predictions: pl.DataFrame, tasks: Mapping[str, Task], rules: str
         task = tasks[row["task_id"]]
         program = apply_rules(extract_code(row["text"]), len(task.train) + len(task.test), rules)
         if program.run is None:
-            prepared.rows.append(_failed_row(base, program.has_code, program.error_type or PARSING_CODE_FAILED,
-                                             program.message, 0.0))
+            prepared.rows.append(
+                _failed_row(base, program.has_code, program.error_type or PARSING_CODE_FAILED, program.message, 0.0)
+            )
             continue
         augmentation = Augmentation.from_row(row)
         key = (row["task_id"], augmentation)
@@ -146,14 +153,17 @@ def prepare_run(predictions: pl.DataFrame, tasks: Mapping[str, Task], rules: str
     return prepared
 
 
-def run_jobs(sandbox: Sandbox, prepared: PreparedRun, tasks: Mapping[str, Task],
-             progress: bool = True) -> list[ScoringItem]:
+def run_jobs(
+    sandbox: Sandbox, prepared: PreparedRun, tasks: Mapping[str, Task], progress: bool = True
+) -> list[ScoringItem]:
     """Run the prepared programs in the sandbox (one job each); what :func:`score_items` needs."""
     results = sandbox.run_many(prepared.jobs, progress=progress) if prepared.jobs else []
     if len(results) != len(prepared.jobs):
         raise RuntimeError(f"the sandbox returned {len(results)} results for {len(prepared.jobs)} jobs")
-    return [(base, tasks[task_id], augmentation, result)
-            for (_, base, task_id, augmentation), result in zip(prepared.pending, results)]
+    return [
+        (base, tasks[task_id], augmentation, result)
+        for (_, base, task_id, augmentation), result in zip(prepared.pending, results)
+    ]
 
 
 def score_items(items: Sequence[ScoringItem]) -> list[dict[str, Any]]:
@@ -186,5 +196,3 @@ def execute_predictions(
     prepared = prepare_run(predictions, tasks, rules)
     items = run_jobs(sandbox, prepared, tasks, progress)
     return finish_run(prepared, score_items(items))
-
-

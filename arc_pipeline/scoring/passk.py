@@ -36,20 +36,23 @@ def _success(criterion: str) -> pl.Expr:
     raise ValueError(f"unknown success criterion {criterion!r}; choose one of {SUCCESS_CRITERIA}")
 
 
-def task_counts(executions: pl.DataFrame, success: str = "solved",
-                test_known: Mapping[str, bool] | None = None) -> pl.DataFrame:
+def task_counts(
+    executions: pl.DataFrame, success: str = "solved", test_known: Mapping[str, bool] | None = None
+) -> pl.DataFrame:
     """Per task: ``n`` predictions and ``c`` successful ones. Criteria: ``solved`` (train and test
     right), ``test`` or ``train``; tasks without test solutions are left out unless ``train``."""
     counts = executions.group_by("task_id", maintain_order=True).agg(
-        pl.len().alias("n"), _success(success).sum().alias("c"))
+        pl.len().alias("n"), _success(success).sum().alias("c")
+    )
     if success != "train":
         known = known_test_frame(executions, test_known).filter(pl.col("_test_known")).select("task_id")
         counts = counts.join(known, on="task_id", how="semi", maintain_order="left")
     return counts
 
 
-def pass_at_k_curve(executions: pl.DataFrame, success: str = "solved",
-                    test_known: Mapping[str, bool] | None = None) -> pl.DataFrame:
+def pass_at_k_curve(
+    executions: pl.DataFrame, success: str = "solved", test_known: Mapping[str, bool] | None = None
+) -> pl.DataFrame:
     """Mean pass@k over tasks for k = 1..n (n = the fewest predictions any task has): columns k, pass_at_k."""
     counts = task_counts(executions, success, test_known)
     if counts.height == 0:
@@ -57,5 +60,6 @@ def pass_at_k_curve(executions: pl.DataFrame, success: str = "solved",
     max_k = int(counts["n"].min())
     pairs = list(zip(counts["n"].to_list(), counts["c"].to_list()))
     curve = [sum(pass_at_k(n, c, k) for n, c in pairs) / len(pairs) for k in range(1, max_k + 1)]
-    return pl.DataFrame({"k": list(range(1, max_k + 1)), "pass_at_k": curve},
-                        schema={"k": pl.Int64, "pass_at_k": pl.Float64})
+    return pl.DataFrame(
+        {"k": list(range(1, max_k + 1)), "pass_at_k": curve}, schema={"k": pl.Int64, "pass_at_k": pl.Float64}
+    )

@@ -53,8 +53,7 @@ def _task_digest(task: Task) -> str:
     return f"{task.task_id}:{fingerprint(grids)}:{fingerprint(known)}:{len(known)}"
 
 
-def chunk_digest(chunk: pl.DataFrame, tasks: Mapping[str, Task], limits: str,
-                 task_digests: dict[str, str]) -> str:
+def chunk_digest(chunk: pl.DataFrame, tasks: Mapping[str, Task], limits: str, task_digests: dict[str, str]) -> str:
     """16 hex characters that change whenever the chunk's result could change."""
     digest = hashlib.sha256(limits.encode())
     for row in chunk.select(NEEDED_COLUMNS).iter_rows():
@@ -93,7 +92,7 @@ def _stream_concat(chunk_paths: list[Path], output: Path) -> int:
 def _split(items: list, parts: int) -> list[list]:
     """``items`` cut into at most ``parts`` contiguous, nearly equal, non-empty pieces."""
     size = -(-len(items) // max(parts, 1)) if items else 1
-    return [items[start:start + size] for start in range(0, len(items), size)]
+    return [items[start : start + size] for start in range(0, len(items), size)]
 
 
 class _Scoring:
@@ -109,8 +108,9 @@ class _Scoring:
     def __init__(self, workers: int, n_chunks: int) -> None:
         self.workers = workers
         self.n_chunks = n_chunks
-        self.pool = (ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
-                     if workers > 0 else None)
+        self.pool = (
+            ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) if workers > 0 else None
+        )
         self.in_flight: deque[tuple[int, Path, PreparedRun, list[Future], int]] = deque()
         self.started = time.monotonic()
         self.done_rows = 0

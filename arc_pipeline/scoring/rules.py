@@ -35,8 +35,22 @@ RULES: tuple[str, ...] = ("strict", "published")
 
 #: The researchers' forbidden module names (matched as ``name.`` or ``import name``).
 UNSAFE_MODULES = (
-    "logging", "threading", "bcrypt", "datetime", "os.sys", "multiprocessing", "time", "os.path", "pebble",
-    "hashlib", "sys.exit", "subprocess", "calendar", "os.environ", "matplotlib", "pygame",
+    "logging",
+    "threading",
+    "bcrypt",
+    "datetime",
+    "os.sys",
+    "multiprocessing",
+    "time",
+    "os.path",
+    "pebble",
+    "hashlib",
+    "sys.exit",
+    "subprocess",
+    "calendar",
+    "os.environ",
+    "matplotlib",
+    "pygame",
 )
 #: The researchers' forbidden calls (matched as ``name(``).
 UNSAFE_CALLS = ("input", ".save", "write", "open", "exec", "eval", "compile")
@@ -82,7 +96,7 @@ def published_violation(code: str) -> tuple[str, str] | None:
 
 # Appended to a program under the published rules. Kept free of "print(" and "from common import *",
 # which prepare_code would drop, and of names a program is likely to use.
-_EPILOGUE = '''
+_EPILOGUE = """
 
 def __arc_published_rules(inner, n_inputs, max_side):
     import numpy as __arc_numpy
@@ -128,7 +142,7 @@ def __arc_published_rules(inner, n_inputs, max_side):
 if "transform" not in globals():
     raise NameError("name 'transform' is not defined")
 transform = __arc_published_rules(transform, {n_inputs}, {max_side})
-'''
+"""
 
 
 def published_program(code: str, n_inputs: int) -> str:

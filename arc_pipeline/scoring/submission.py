@@ -49,8 +49,9 @@ def _plain(grid: Grid | Sequence[Sequence[int]]) -> list[list[int]]:
     return [[int(cell) for cell in row] for row in np.asarray(grid).tolist()]
 
 
-def build_submission(attempts: Mapping[str, Sequence[Sequence[Grid]]],
-                     tasks: Mapping[str, Task] | Iterable[Task]) -> Submission:
+def build_submission(
+    attempts: Mapping[str, Sequence[Sequence[Grid]]], tasks: Mapping[str, Task] | Iterable[Task]
+) -> Submission:
     """One entry per task of ``tasks`` (in its order), two attempts per test input.
 
     ``attempts[task_id][i]`` holds up to two grids for test input ``i`` (see ``voting.vote``);
@@ -148,10 +149,12 @@ def score_submission(submission: Submission, tasks: Mapping[str, Task] | Iterabl
         for entry, solution in zip(submission[task_id], task.test_outputs):
             truth = _plain(solution)
             correct += any(entry[key] == truth for key in ATTEMPT_KEYS)
-        rows.append({"task_id": task_id, "test_inputs": len(task.test), "correct": correct,
-                     "score": correct / len(task.test)})
-    return pl.DataFrame(rows, schema={"task_id": pl.String, "test_inputs": pl.Int64, "correct": pl.Int64,
-                                      "score": pl.Float64})
+        rows.append(
+            {"task_id": task_id, "test_inputs": len(task.test), "correct": correct, "score": correct / len(task.test)}
+        )
+    return pl.DataFrame(
+        rows, schema={"task_id": pl.String, "test_inputs": pl.Int64, "correct": pl.Int64, "score": pl.Float64}
+    )
 
 
 def write_submission(submission: Submission, path: str | os.PathLike) -> Path:

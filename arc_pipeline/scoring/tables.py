@@ -32,9 +32,17 @@ MEAN_LABEL = "MEAN"
 INTEGER_COLUMNS = frozenset({"n_preds", "count", "tasks", "initial", "refinement", "dropped prompts"})
 # columns of an executions frame the tables read (lets callers read only these from a big parquet)
 EXECUTION_COLUMNS = (
-    "task_id", "has_code", "error_type", "error_message", "fingerprint",
-    "train_pixel_score", "train_correct_grids", "train_is_correct",
-    "test_pixel_score", "test_correct_grids", "test_is_correct",
+    "task_id",
+    "has_code",
+    "error_type",
+    "error_message",
+    "fingerprint",
+    "train_pixel_score",
+    "train_correct_grids",
+    "train_is_correct",
+    "test_pixel_score",
+    "test_correct_grids",
+    "test_is_correct",
 )
 MESSAGE_CHARS = 120
 
@@ -45,8 +53,10 @@ def known_test_frame(executions: pl.DataFrame, test_known: Mapping[str, bool] | 
         missing = sorted(set(executions["task_id"].unique().to_list()) - set(test_known))
         if missing:
             raise ValueError(f"test_known has no entry for task(s) {missing[:5]}")
-        return pl.DataFrame({"task_id": list(test_known), "_test_known": list(test_known.values())},
-                            schema={"task_id": pl.String, "_test_known": pl.Boolean})
+        return pl.DataFrame(
+            {"task_id": list(test_known), "_test_known": list(test_known.values())},
+            schema={"task_id": pl.String, "_test_known": pl.Boolean},
+        )
     valid = pl.col("error_type").is_null()
     scored_on_test = (valid & pl.col("test_pixel_score").is_not_null()).any()
     return executions.group_by("task_id").agg((scored_on_test | (~valid).all()).alias("_test_known"))
@@ -56,8 +66,7 @@ def with_mean_row(table: pl.DataFrame, label_column: str = "task_id") -> pl.Data
     """``table`` with a last ``MEAN`` row averaging every other column over its rows (nulls left out)."""
     if table.height == 0:  # no tasks (e.g. a refinement run with no prompt): no mean to state
         return table
-    means = table.select(pl.lit(MEAN_LABEL).alias(label_column),
-                         pl.exclude(label_column).cast(pl.Float64).mean())
+    means = table.select(pl.lit(MEAN_LABEL).alias(label_column), pl.exclude(label_column).cast(pl.Float64).mean())
     return pl.concat([table, means], how="vertical_relaxed")
 
 
@@ -69,37 +78,44 @@ def task_metrics(executions: pl.DataFrame, test_known: Mapping[str, bool] | None
     test columns, ``is_correct`` and ``solved``.
     """
     known = known_test_frame(executions, test_known)
-    rows = executions.join(known, on="task_id", how="left").with_columns(
-        pl.col("train_pixel_score").fill_null(0.0).alias("_train_pixel"),
-        pl.col("train_correct_grids").fill_null(0.0).alias("_train_correct"),
-        pl.col("train_is_correct").fill_null(False).cast(pl.Float64).alias("_train_ok"),
-        *[
-            pl.when(pl.col("_test_known")).then(expr).otherwise(None).alias(name)
-            for name, expr in (
-                ("_test_pixel", pl.col("test_pixel_score").fill_null(0.0)),
-                ("_test_correct", pl.col("test_correct_grids").fill_null(0.0)),
-                ("_test_ok", pl.col("test_is_correct").fill_null(False).cast(pl.Float64)),
-            )
-        ],
-    ).with_columns((pl.col("_train_ok") * pl.col("_test_ok")).alias("_solved"))
+    rows = (
+        executions.join(known, on="task_id", how="left")
+        .with_columns(
+            pl.col("train_pixel_score").fill_null(0.0).alias("_train_pixel"),
+            pl.col("train_correct_grids").fill_null(0.0).alias("_train_correct"),
+            pl.col("train_is_correct").fill_null(False).cast(pl.Float64).alias("_train_ok"),
+            *[
+                pl.when(pl.col("_test_known")).then(expr).otherwise(None).alias(name)
+                for name, expr in (
+                    ("_test_pixel", pl.col("test_pixel_score").fill_null(0.0)),
+                    ("_test_correct", pl.col("test_correct_grids").fill_null(0.0)),
+                    ("_test_ok", pl.col("test_is_correct").fill_null(False).cast(pl.Float64)),
+                )
+            ],
+        )
+        .with_columns((pl.col("_train_ok") * pl.col("_test_ok")).alias("_solved"))
+    )
     n = pl.len().cast(pl.Float64)
-    table = rows.group_by("task_id", maintain_order=True).agg(
-        n.alias("n_preds"),
-        pl.col("has_code").cast(pl.Float64).mean().alias("valid code"),
-        pl.col("error_type").is_null().cast(pl.Float64).mean().alias("valid outputs"),
-        (pl.col("fingerprint").drop_nulls().n_unique() / n).alias("unique outputs"),
-        pl.col("_train_pixel").mean().alias("train_pixel_score"),
-        pl.col("_train_correct").mean().alias("train_correct_grids"),
-        pl.col("_train_ok").mean().alias("train_pass_rate"),
-        pl.col("_train_ok").max().alias("train_is_correct"),
-        pl.col("_test_pixel").mean().alias("test_pixel_score"),
-        pl.col("_test_correct").mean().alias("test_correct_grids"),
-        pl.col("_test_ok").mean().alias("test_pass_rate"),
-        pl.col("_test_ok").max().alias("test_is_correct"),
-        pl.col("_solved").max().alias("solved"),
-    ).with_columns((pl.col("train_is_correct") * pl.col("test_is_correct")).alias("is_correct"))
-    table = table.select("task_id", *TASK_METRIC_COLUMNS).with_columns(pl.exclude("task_id").cast(pl.Float64))
-    return table
+    table = (
+        rows.group_by("task_id", maintain_order=True)
+        .agg(
+            n.alias("n_preds"),
+            pl.col("has_code").cast(pl.Float64).mean().alias("valid code"),
+            pl.col("error_type").is_null().cast(pl.Float64).mean().alias("valid outputs"),
+            (pl.col("fingerprint").drop_nulls().n_unique() / n).alias("unique outputs"),
+            pl.col("_train_pixel").mean().alias("train_pixel_score"),
+            pl.col("_train_correct").mean().alias("train_correct_grids"),
+            pl.col("_train_ok").mean().alias("train_pass_rate"),
+            pl.col("_train_ok").max().alias("train_is_correct"),
+            pl.col("_test_pixel").mean().alias("test_pixel_score"),
+            pl.col("_test_correct").mean().alias("test_correct_grids"),
+            pl.col("_test_ok").mean().alias("test_pass_rate"),
+            pl.col("_test_ok").max().alias("test_is_correct"),
+            pl.col("_solved").max().alias("solved"),
+        )
+        .with_columns((pl.col("train_is_correct") * pl.col("test_is_correct")).alias("is_correct"))
+    )
+    return table.select("task_id", *TASK_METRIC_COLUMNS).with_columns(pl.exclude("task_id").cast(pl.Float64))
 
 
 def task_means(metrics: pl.DataFrame) -> dict[str, Any]:
@@ -122,9 +138,13 @@ def mean_row(metrics: pl.DataFrame) -> dict[str, Any]:
 def error_class(column: str = "error_type") -> pl.Expr:
     """``column`` mapped onto ERROR_TYPE_COLUMNS: known names kept, any other name "other", null kept."""
     raw = pl.col(column)
-    return (pl.when(raw.is_null()).then(pl.lit(None, dtype=pl.String))
-            .when(raw.is_in(list(KNOWN_ERROR_TYPES))).then(raw)
-            .otherwise(pl.lit(OTHER_ERROR_TYPE)))
+    return (
+        pl.when(raw.is_null())
+        .then(pl.lit(None, dtype=pl.String))
+        .when(raw.is_in(list(KNOWN_ERROR_TYPES)))
+        .then(raw)
+        .otherwise(pl.lit(OTHER_ERROR_TYPE))
+    )
 
 
 def _check_columns(names: Sequence[str]) -> None:
@@ -133,13 +153,16 @@ def _check_columns(names: Sequence[str]) -> None:
         raise ValueError(f"error types {unknown[:3]!r} are not in ERROR_TYPE_COLUMNS")
 
 
-def error_types_in_order(executions: pl.DataFrame,
-                         always: Sequence[str] = ALWAYS_ERROR_TYPES) -> list[str]:
+def error_types_in_order(executions: pl.DataFrame, always: Sequence[str] = ALWAYS_ERROR_TYPES) -> list[str]:
     """``always`` first, then every other error class that occurs, most frequent first (then by name)."""
     _check_columns(always)
-    counts = (executions.select(error_class().alias("error_class")).drop_nulls()
-              .group_by("error_class").agg(pl.len().alias("n"))
-              .sort(["n", "error_class"], descending=[True, False]))
+    counts = (
+        executions.select(error_class().alias("error_class"))
+        .drop_nulls()
+        .group_by("error_class")
+        .agg(pl.len().alias("n"))
+        .sort(["n", "error_class"], descending=[True, False])
+    )
     others = [name for name in counts["error_class"].to_list() if name not in always]
     return [*always, *others]
 
@@ -160,11 +183,20 @@ def error_table(executions: pl.DataFrame, always: Sequence[str] = ALWAYS_ERROR_T
 
 def _message_summary() -> pl.Expr:
     """The last non-empty line of an error message, truncated (where exceptions name their cause)."""
-    last_line = (pl.col("error_message").fill_null("").str.strip_chars()
-                 .str.split("\n").list.last().fill_null("").str.strip_chars())
-    return (pl.when(last_line.str.len_chars() > MESSAGE_CHARS)
-            .then(last_line.str.slice(0, MESSAGE_CHARS - 3) + "...")
-            .otherwise(last_line)).alias("message")
+    last_line = (
+        pl.col("error_message")
+        .fill_null("")
+        .str.strip_chars()
+        .str.split("\n")
+        .list.last()
+        .fill_null("")
+        .str.strip_chars()
+    )
+    return (
+        pl.when(last_line.str.len_chars() > MESSAGE_CHARS)
+        .then(last_line.str.slice(0, MESSAGE_CHARS - 3) + "...")
+        .otherwise(last_line)
+    ).alias("message")
 
 
 def common_errors(executions: pl.DataFrame, top: int = 20) -> pl.DataFrame:
@@ -182,12 +214,16 @@ def common_errors(executions: pl.DataFrame, top: int = 20) -> pl.DataFrame:
     )
 
 
-def summary_row(metrics: pl.DataFrame, labels: Mapping[str, Any], include_n_preds: bool = False,
-                include_solved: bool = True) -> pl.DataFrame:
+def summary_row(
+    metrics: pl.DataFrame, labels: Mapping[str, Any], include_n_preds: bool = False, include_solved: bool = True
+) -> pl.DataFrame:
     """One run as one row: the ``labels`` columns (e.g. initial, refinement, model), then its MEAN metrics."""
     means = task_means(metrics)
-    columns = [name for name in TASK_METRIC_COLUMNS
-               if (include_n_preds or name != "n_preds") and (include_solved or name != "solved")]
+    columns = [
+        name
+        for name in TASK_METRIC_COLUMNS
+        if (include_n_preds or name != "n_preds") and (include_solved or name != "solved")
+    ]
     return pl.DataFrame([{**labels, **{name: means[name] for name in columns}}])
 
 
@@ -220,5 +256,9 @@ def to_markdown(table: pl.DataFrame) -> str:
 
 def errors_markdown(errors: pl.DataFrame, common: pl.DataFrame) -> str:
     """Both error tables in one markdown document."""
-    return ("## Share of each error type per task\n\n" + to_markdown(errors)
-            + "\n## Most common errors overall\n\n" + to_markdown(common))
+    return (
+        "## Share of each error type per task\n\n"
+        + to_markdown(errors)
+        + "\n## Most common errors overall\n\n"
+        + to_markdown(common)
+    )

@@ -71,7 +71,8 @@ VOTE_COLUMNS = ("task_id", "prediction_id", "error_type", "test_outputs", "train
 def vote(executions: pl.DataFrame, attempts: int = N_ATTEMPTS) -> dict[str, list[list[Grid]]]:
     """``{task_id: [attempts for test input 0, ...]}`` for every task with at least one valid prediction."""
     valid = executions.select(VOTE_COLUMNS).filter(
-        pl.col("error_type").is_null() & pl.col("test_outputs").is_not_null())
+        pl.col("error_type").is_null() & pl.col("test_outputs").is_not_null()
+    )
     result: dict[str, list[list[Grid]]] = {}
     for (task_id,), group in valid.group_by("task_id", maintain_order=True):
         rows = group.to_dicts()

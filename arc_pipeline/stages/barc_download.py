@@ -48,8 +48,11 @@ def download_from_hub(config: BarcDownloadConfig, output: Path) -> None:
     try:
         with tempfile.TemporaryDirectory(dir=output.parent) as cache:
             path = hf_hub_download(
-                repo_id=config.repo_id, filename=config.filename, repo_type="dataset",
-                revision=config.revision, cache_dir=cache,
+                repo_id=config.repo_id,
+                filename=config.filename,
+                repo_type="dataset",
+                revision=config.revision,
+                cache_dir=cache,
             )
             shutil.copyfile(path, output)
     except Exception as error:  # the hub client raises many types for "no network"

@@ -38,10 +38,12 @@ def part_task_ids(task_ids: list[str], part: int, config: BarcSplitConfig) -> li
     shuffled = np.random.default_rng(config.seed).permutation(sorted(task_ids)).tolist()
     needed = config.n_parts * config.tasks_per_part
     if len(shuffled) < needed:
-        raise PipelineError(f"{config.n_parts} parts x {config.tasks_per_part} tasks need {needed} tasks, "
-                            f"but only {len(shuffled)} exist: lower barc.split.tasks_per_part or n_parts")
+        raise PipelineError(
+            f"{config.n_parts} parts x {config.tasks_per_part} tasks need {needed} tasks, "
+            f"but only {len(shuffled)} exist: lower barc.split.tasks_per_part or n_parts"
+        )
     start = (part - 1) * config.tasks_per_part
-    return shuffled[start: start + config.tasks_per_part]
+    return shuffled[start : start + config.tasks_per_part]
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

@@ -13,8 +13,9 @@ import argparse
 import json
 import logging
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -65,14 +66,20 @@ def parse_examples(row: Any) -> list[tuple[Grid, Grid]]:
             pairs.append((as_grid(example[0]), as_grid(example[1])))
         except GridError as error:
             message = str(error)
-            reason = ("values_out_of_range" if "0..9" in message or "integers" in message
-                      else "grid_too_large" if "exceeds" in message else "ragged_examples")
+            reason = (
+                "values_out_of_range"
+                if "0..9" in message or "integers" in message
+                else "grid_too_large"
+                if "exceeds" in message
+                else "ragged_examples"
+            )
             raise MalformedRow(reason, f"example {index}: {message}") from None
     return pairs
 
 
-def draw_task(pairs: list[tuple[Grid, Grid]], rng: np.random.Generator, config: BarcTasksConfig
-              ) -> list[tuple[Grid, Grid]] | None:
+def draw_task(
+    pairs: list[tuple[Grid, Grid]], rng: np.random.Generator, config: BarcTasksConfig
+) -> list[tuple[Grid, Grid]] | None:
     """Choose n + 1 distinct examples (the last one is the test pair), or None if all draws are too big."""
     allowed = {n: w for n, w in TRAIN_PAIRS_WEIGHTS.items() if n <= len(pairs) - 1}
     counts = np.array(list(allowed), dtype=int)
@@ -121,15 +128,20 @@ def convert(jsonl: Path, output: Path, config: BarcTasksConfig) -> dict[str, Any
         except MalformedRow as error:
             skipped[error.reason] += 1
             log.debug("%s line %d skipped: %s", jsonl, row_index + 1, error)
-    summary = {"input": str(jsonl), "rows": len(tasks) + sum(skipped.values()), "tasks": len(tasks),
-               "skipped": dict(sorted(skipped.items()))}
+    summary = {
+        "input": str(jsonl),
+        "rows": len(tasks) + sum(skipped.values()),
+        "tasks": len(tasks),
+        "skipped": dict(sorted(skipped.items())),
+    }
     if not tasks:
         raise InputFileError(f"{jsonl}: no usable rows ({summary['skipped']})")
     write_table(tasks, output, TASKS_SCHEMA)
     summary_path = output.with_name(output.stem + ".summary.json")
     write_text(json.dumps(summary, indent=2) + "\n", summary_path)
-    log.info("%d tasks from %d rows; skipped %s (see %s)", len(tasks), summary["rows"], summary["skipped"],
-             summary_path)
+    log.info(
+        "%d tasks from %d rows; skipped %s (see %s)", len(tasks), summary["rows"], summary["skipped"], summary_path
+    )
     return summary
 
 

@@ -26,7 +26,6 @@ import polars as pl
 from pydantic import BaseModel, ConfigDict, Field
 
 from arc_pipeline.config.slices import add_config_argument, parse_config
-from arc_pipeline.task_files import read_tasks_by_id
 from arc_pipeline.domain.tasks import Task
 from arc_pipeline.errors import PipelineError
 from arc_pipeline.evaluation import analysis, plots
@@ -51,9 +50,10 @@ from arc_pipeline.schemas import (
     RUNS_SCHEMA,
     TRAINING_METRICS_SCHEMA,
 )
-from arc_pipeline.scoring.submission import read_submission, validate_submission, write_submission
 from arc_pipeline.scoring.legend import METRICS_LEGEND, with_legend
+from arc_pipeline.scoring.submission import read_submission, validate_submission, write_submission
 from arc_pipeline.scoring.tables import common_errors, to_markdown
+from arc_pipeline.task_files import read_tasks_by_id
 
 log = logging.getLogger(__name__)
 
@@ -61,14 +61,31 @@ PASS_AT_K_SUCCESS = "solved"  # a draw succeeds when one prediction is right on 
 COMMON_ERRORS_PER_RUN = 10
 
 OUTPUT_FILES = (
-    "runs.md", "runs.html", "runs.parquet", "tasks.parquet", "kaggle.md", "kaggle.html", "kaggle.parquet",
-    "submission.json", "errors.md", "errors.html", "errors.parquet", "errors.png", "passk.parquet",
-    "passk.png", "training.png", "tasks.md", "tasks.html", "examples.png",
+    "runs.md",
+    "runs.html",
+    "runs.parquet",
+    "tasks.parquet",
+    "kaggle.md",
+    "kaggle.html",
+    "kaggle.parquet",
+    "submission.json",
+    "errors.md",
+    "errors.html",
+    "errors.parquet",
+    "errors.png",
+    "passk.parquet",
+    "passk.png",
+    "training.png",
+    "tasks.md",
+    "tasks.html",
+    "examples.png",
 )
 PUBLISHED_FILES = ("published.md", "published.html")
-DROPPED_LEGEND = ("dropped prompts = refinement prompts longer than the refinement context allows "
-                  "(evaluate.refinement_max_model_len - inference.max_tokens), never sampled; '-' = none to drop "
-                  "(baseline) or not counted.")
+DROPPED_LEGEND = (
+    "dropped prompts = refinement prompts longer than the refinement context allows "
+    "(evaluate.refinement_max_model_len - inference.max_tokens), never sampled; '-' = none to drop "
+    "(baseline) or not counted."
+)
 
 
 class EvaluationExecution(BaseModel):
@@ -78,8 +95,11 @@ class EvaluationExecution(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    timeout_s: float | None = Field(None, gt=0, description="time limit of one program on all its inputs "
-                                    "(the published evaluation's initial predictions: 5 s)")
+    timeout_s: float | None = Field(
+        None,
+        gt=0,
+        description="time limit of one program on all its inputs (the published evaluation's initial predictions: 5 s)",
+    )
     memory_mb: int | None = Field(None, gt=0, description="memory limit of one program in MiB")
     rules: Literal["strict", "published"] | None = Field(None, description="execution rules (see execute.rules)")
 
@@ -89,21 +109,34 @@ class EvaluateConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    n_eval: int = Field(128, ge=2, description="baseline predictions per task; refinement runs use the first "
-                        "n_eval / 2 of them")
-    shards: int = Field(1, ge=1, description="GPU jobs the baseline inference is split into (like inference.shards "
-                        "for BARC parts): a killed run redoes only its unfinished shards")
+    n_eval: int = Field(
+        128, ge=2, description="baseline predictions per task; refinement runs use the first n_eval / 2 of them"
+    )
+    shards: int = Field(
+        1,
+        ge=1,
+        description="GPU jobs the baseline inference is split into (like inference.shards "
+        "for BARC parts): a killed run redoes only its unfinished shards",
+    )
     refinement_prompts: int = Field(8, ge=1, description="refinement prompts per task (used by refine-prompts)")
-    extra_adapters: dict[str, str] = Field(default_factory=dict, description="name: adapter folder, evaluated "
-                                           "like the trained adapter")
-    compare_with_published: bool = Field(False, description="also write the table beside the published "
-                                         "results (docs/defaults.md); for the published preset only")
+    extra_adapters: dict[str, str] = Field(
+        default_factory=dict, description="name: adapter folder, evaluated like the trained adapter"
+    )
+    compare_with_published: bool = Field(
+        False,
+        description="also write the table beside the published "
+        "results (docs/defaults.md); for the published preset only",
+    )
     refinement_max_model_len: int | None = Field(
-        None, gt=0, description="vLLM context length of the refinement inference runs; refine-prompts drops "
+        None,
+        gt=0,
+        description="vLLM context length of the refinement inference runs; refine-prompts drops "
         "prompts longer than it minus inference.max_tokens (counted in runs.md). None = inference.max_model_len. "
-        "Published refinement evaluation: 14,500 (no prompt dropped)")
-    execute: EvaluationExecution = Field(default_factory=EvaluationExecution,
-                                         description="execution settings of the evaluation runs")
+        "Published refinement evaluation: 14,500 (no prompt dropped)",
+    )
+    execute: EvaluationExecution = Field(
+        default_factory=EvaluationExecution, description="execution settings of the evaluation runs"
+    )
 
     @property
     def first_predictions(self) -> int:
@@ -114,13 +147,20 @@ class EvaluateConfig(BaseModel):
 
 def solved_by_run(per_task: pl.DataFrame) -> pl.DataFrame:
     """One row per task, one column per run: 'solved', or the test pixel score when not solved."""
-    cell = (pl.when(pl.col("solved") == 1.0).then(pl.lit("solved"))
-            .when(pl.col("test_pixel_score").is_null()).then(pl.lit("?"))
-            .otherwise((pl.col("test_pixel_score") * 100).round(0).cast(pl.Int64).cast(pl.String) + "% px"))
+    cell = (
+        pl.when(pl.col("solved") == 1.0)
+        .then(pl.lit("solved"))
+        .when(pl.col("test_pixel_score").is_null())
+        .then(pl.lit("?"))
+        .otherwise((pl.col("test_pixel_score") * 100).round(0).cast(pl.Int64).cast(pl.String) + "% px")
+    )
     runs = per_task["run"].unique(maintain_order=True).to_list()
-    table = (per_task.select("task_id", "run", cell.alias("cell"))
-             .pivot(on="run", index="task_id", values="cell").select("task_id", *runs).sort("task_id"))
-    return table
+    return (
+        per_task.select("task_id", "run", cell.alias("cell"))
+        .pivot(on="run", index="task_id", values="cell")
+        .select("task_id", *runs)
+        .sort("task_id")
+    )
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -128,22 +168,30 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--baseline-predictions", type=Path, required=True, help="baseline predictions parquet")
     parser.add_argument("--baseline", type=Path, required=True, help="baseline executions parquet")
     parser.add_argument("--refiners", nargs="*", default=[], help="refiner names (base, rl, extra adapters)")
-    parser.add_argument("--refinement-predictions", type=Path, nargs="*", default=[],
-                        help="each refiner's predictions parquet, in --refiners order")
-    parser.add_argument("--refinements", type=Path, nargs="*", default=[],
-                        help="each refiner's executions parquet, in --refiners order")
+    parser.add_argument(
+        "--refinement-predictions",
+        type=Path,
+        nargs="*",
+        default=[],
+        help="each refiner's predictions parquet, in --refiners order",
+    )
+    parser.add_argument(
+        "--refinements", type=Path, nargs="*", default=[], help="each refiner's executions parquet, in --refiners order"
+    )
     parser.add_argument("--training-metrics", type=Path, help="training metrics parquet (TRAINING_METRICS_SCHEMA)")
-    parser.add_argument("--dropped-refinement-prompts", type=Path,
-                        help="refinement prompts refine-prompts dropped as too long (REFINEMENT_SCHEMA): "
-                        "counted per run in runs.md (without it the count is unknown, '-')")
-    parser.add_argument("--execution-rules", choices=("strict", "published"),
-                        help="the execution rules of the evaluation runs, named beside the published numbers")
+    parser.add_argument(
+        "--dropped-refinement-prompts",
+        type=Path,
+        help="refinement prompts refine-prompts dropped as too long (REFINEMENT_SCHEMA): "
+        "counted per run in runs.md (without it the count is unknown, '-')",
+    )
+    parser.add_argument(
+        "--execution-rules",
+        choices=("strict", "published"),
+        help="the execution rules of the evaluation runs, named beside the published numbers",
+    )
     parser.add_argument("--output-dir", type=Path, required=True, help="folder for the tables and figures")
     add_config_argument(parser)
-
-
-
-
 
 
 def read_training_metrics(path: Path | None) -> pl.DataFrame:
@@ -155,9 +203,11 @@ def read_training_metrics(path: Path | None) -> pl.DataFrame:
 
 def check_inputs(args: argparse.Namespace, tasks: dict[str, Task], baseline: pl.DataFrame) -> None:
     if not (len(args.refiners) == len(args.refinements) == len(args.refinement_predictions)):
-        raise PipelineError(f"--refiners ({len(args.refiners)}), --refinement-predictions "
-                            f"({len(args.refinement_predictions)}) and --refinements ({len(args.refinements)}) "
-                            "must be given once per refiner, in the same order")
+        raise PipelineError(
+            f"--refiners ({len(args.refiners)}), --refinement-predictions "
+            f"({len(args.refinement_predictions)}) and --refinements ({len(args.refinements)}) "
+            "must be given once per refiner, in the same order"
+        )
     unknown = set(baseline["task_id"].unique().to_list()) - set(tasks)
     if unknown:
         raise InputFileError(f"{args.baseline}: tasks not in {args.tasks}: {sorted(unknown)[:5]}")
@@ -171,8 +221,9 @@ def evaluate(args: argparse.Namespace, config: EvaluateConfig) -> dict[str, Path
     check_inputs(args, tasks, baseline)
     baseline_predictions = read_frame(args.baseline_predictions, PREDICTIONS_SCHEMA)
     refinements = {name: read_frame(path, EXECUTIONS_SCHEMA) for name, path in zip(args.refiners, args.refinements)}
-    refinement_predictions = {name: read_frame(path, PREDICTIONS_SCHEMA)
-                              for name, path in zip(args.refiners, args.refinement_predictions)}
+    refinement_predictions = {
+        name: read_frame(path, PREDICTIONS_SCHEMA) for name, path in zip(args.refiners, args.refinement_predictions)
+    }
     # Only tasks that were predicted count (a config may evaluate a subset of the tasks file).
     predicted = set(baseline["task_id"].unique().to_list())
     evaluated = {task_id: task for task_id, task in tasks.items() if task_id in predicted}
@@ -185,36 +236,67 @@ def evaluate(args: argparse.Namespace, config: EvaluateConfig) -> dict[str, Path
     if args.dropped_refinement_prompts is not None:
         dropped = read_frame(args.dropped_refinement_prompts, REFINEMENT_SCHEMA).height
         if dropped:
-            log.warning("%d refinement prompts were dropped as too long for the refinement context "
-                        "(evaluate.refinement_max_model_len): see 'dropped prompts' in runs.md", dropped)
+            log.warning(
+                "%d refinement prompts were dropped as too long for the refinement context "
+                "(evaluate.refinement_max_model_len): see 'dropped prompts' in runs.md",
+                dropped,
+            )
     results = with_dropped_prompts(results_table(runs, metrics), dropped)
     write_table(results, out / "runs.parquet", RUNS_SCHEMA)
     runs_md = to_markdown(seeds_table(results))
     write_text(with_legend(runs_md) + "\n" + DROPPED_LEGEND + "\n", out / "runs.md")
-    note = (f"{len(evaluated)} evaluation tasks. Baseline: {runs[0].initial} predictions per task; refinement "
-            f"runs: the first {config.first_predictions} plus the refiner's refinements of their wrong answers. "
-            "MEAN over tasks; solved = one prediction right on train and test; dropped prompts = refinement "
-            f"prompts too long for the refinement context, never sampled. {METRICS_LEGEND}")
+    note = (
+        f"{len(evaluated)} evaluation tasks. Baseline: {runs[0].initial} predictions per task; refinement "
+        f"runs: the first {config.first_predictions} plus the refiner's refinements of their wrong answers. "
+        "MEAN over tasks; solved = one prediction right on train and test; dropped prompts = refinement "
+        f"prompts too long for the refinement context, never sampled. {METRICS_LEGEND}"
+    )
     write_text(page("Evaluation runs", [("", note, runs_md)]), out / "runs.html")
     # tasks only (task_metrics has no MEAN row; runs.parquet holds the means)
-    per_task = pl.concat([frame.select(pl.lit(name).alias("run"), pl.all())
-                          for name, frame in metrics.items()], how="vertical")
+    per_task = pl.concat(
+        [frame.select(pl.lit(name).alias("run"), pl.all()) for name, frame in metrics.items()], how="vertical"
+    )
     write_table(per_task, out / "tasks.parquet", RUN_TASK_METRICS_SCHEMA)
     tasks_md = to_markdown(solved_by_run(per_task))
     write_text(tasks_md, out / "tasks.md")
-    write_text(page("Tasks x runs", [("", "Per evaluation task and run: 'solved' = one prediction right on train and "
-                                          "test; otherwise the mean test pixel score ('?' = test solution unknown).",
-                                      tasks_md)]), out / "tasks.html")
+    write_text(
+        page(
+            "Tasks x runs",
+            [
+                (
+                    "",
+                    (
+                        "Per evaluation task and run: 'solved' = one prediction right on train and "
+                        "test; otherwise the mean test pixel score ('?' = test solution unknown)."
+                    ),
+                    tasks_md,
+                )
+            ],
+        ),
+        out / "tasks.html",
+    )
     if config.compare_with_published:
         if args.execution_rules is None:
             raise PipelineError("compare_with_published needs --execution-rules (the rules the runs used)")
         published_md = to_markdown(comparison_table(results, args.execution_rules))
         write_text(published_md, out / "published.md")
-        write_text(page("This run beside the published results",
-                        [("", "Published: ARC-AGI-1 evaluation, 400 tasks (docs/defaults.md), "
-                          "executed under the researchers' rules ('published'); this run's rules are in the "
-                          "'execution rules' column (docs/reproduction.md).", published_md)]),
-                   out / "published.html")
+        write_text(
+            page(
+                "This run beside the published results",
+                [
+                    (
+                        "",
+                        (
+                            "Published: ARC-AGI-1 evaluation, 400 tasks (docs/defaults.md), "
+                            "executed under the researchers' rules ('published'); this run's rules are in the "
+                            "'execution rules' column (docs/reproduction.md)."
+                        ),
+                        published_md,
+                    )
+                ],
+            ),
+            out / "published.html",
+        )
 
     # Kaggle scoring per run, and the best run's submission
     kaggle = [analysis.kaggle_result(run, evaluated) for run in runs]
@@ -224,14 +306,31 @@ def evaluate(args: argparse.Namespace, config: EvaluateConfig) -> dict[str, Path
     validate_submission(best.submission, evaluated)
     write_submission(best.submission, out / "submission.json")
     validate_submission(read_submission(out / "submission.json"), evaluated)
-    log.info("submission.json: run %s (%s), score %s", best.run.name, best.run.model,
-             "unknown" if best.score is None else f"{best.score:.1%}")
+    log.info(
+        "submission.json: run %s (%s), score %s",
+        best.run.name,
+        best.run.model,
+        "unknown" if best.score is None else f"{best.score:.1%}",
+    )
     kaggle_md = to_markdown(kaggle_frame.drop("run"))
     write_text(kaggle_md, out / "kaggle.md")
-    write_text(page("Kaggle scoring", [(
-        "", "Two attempts per test input: majority vote among the predictions that solve every train pair, "
-        "then among the rest. score = mean over tasks of the share of test inputs with a right attempt. "
-        f"submission.json holds the best run ({best.run.model}).", kaggle_md)]), out / "kaggle.html")
+    write_text(
+        page(
+            "Kaggle scoring",
+            [
+                (
+                    "",
+                    (
+                        "Two attempts per test input: majority vote among the predictions that solve every train "
+                        "pair, then among the rest. score = mean over tasks of the share of test inputs with a right "
+                        f"attempt. submission.json holds the best run ({best.run.model})."
+                    ),
+                    kaggle_md,
+                )
+            ],
+        ),
+        out / "kaggle.html",
+    )
 
     # error analysis
     errors = analysis.runs_errors(runs)
@@ -239,8 +338,13 @@ def evaluate(args: argparse.Namespace, config: EvaluateConfig) -> dict[str, Path
     shares_md = to_markdown(analysis.errors_wide(errors))
     sections = [("Share of predictions per error type (mean over tasks)", "", shares_md)]
     for run in runs:
-        sections.append((f"Most common errors: {run.model} ({run.name})", "",
-                         to_markdown(common_errors(run.executions, top=COMMON_ERRORS_PER_RUN))))
+        sections.append(
+            (
+                f"Most common errors: {run.model} ({run.name})",
+                "",
+                to_markdown(common_errors(run.executions, top=COMMON_ERRORS_PER_RUN)),
+            )
+        )
     write_text("\n".join(f"## {heading}\n\n{table}" for heading, _, table in sections), out / "errors.md")
     write_text(page("Error analysis", sections), out / "errors.html")
     plots.plot_errors(errors, out / "errors.png")
@@ -250,8 +354,9 @@ def evaluate(args: argparse.Namespace, config: EvaluateConfig) -> dict[str, Path
     write_table(curves, out / "passk.parquet", RUN_PASS_AT_K_SCHEMA)
     plots.plot_pass_at_k(curves, out / "passk.png", PASS_AT_K_SUCCESS)
     plots.plot_training(read_training_metrics(args.training_metrics), out / "training.png")
-    plots.plot_examples([(f"{run.model} ({run.name})", run.executions) for run in runs], evaluated, test_known,
-                        out / "examples.png")
+    plots.plot_examples(
+        [(f"{run.model} ({run.name})", run.executions) for run in runs], evaluated, test_known, out / "examples.png"
+    )
 
     for line in runs_md.splitlines():
         log.info("%s", line)

@@ -25,7 +25,6 @@ from pathlib import Path
 from pydantic import Field, model_validator
 
 from arc_pipeline.config.slices import add_config_argument, parse_config
-from arc_pipeline.task_files import read_tasks
 from arc_pipeline.generation.engine import Engine, EngineConfig, EngineOptions, SamplingConfig
 from arc_pipeline.generation.requests import (
     FIRST_TURN,
@@ -39,6 +38,7 @@ from arc_pipeline.generation.requests import (
 )
 from arc_pipeline.io import InputFileError, read_frame, write_table
 from arc_pipeline.schemas import PREDICTIONS_SCHEMA, REFINEMENT_SCHEMA
+from arc_pipeline.task_files import read_tasks
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +58,7 @@ class InferenceConfig(SamplingConfig, EngineOptions):
     )
 
     @model_validator(mode="after")
-    def _whole_rounds(self) -> "InferenceConfig":
+    def _whole_rounds(self) -> InferenceConfig:
         n_rounds(self.n_predictions, self.n)  # raises if n_predictions is not a multiple of n
         return self
 
@@ -81,8 +81,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add_config_argument(parser)
 
 
-
-
 def build_requests(args: argparse.Namespace, config: InferenceConfig) -> list[Request]:
     """All prompts of the shard, rendered before the engine starts (bad input fails fast)."""
     if args.tasks is not None:
@@ -103,8 +101,9 @@ def build_requests(args: argparse.Namespace, config: InferenceConfig) -> list[Re
         raise InputFileError(f"{args.refinements}: {error}") from None
 
 
-def predict(engine: Engine, requests: Sequence[Request], sampling: SamplingConfig,
-            provenance: Provenance) -> tuple[list[dict], list[Request]]:
+def predict(
+    engine: Engine, requests: Sequence[Request], sampling: SamplingConfig, provenance: Provenance
+) -> tuple[list[dict], list[Request]]:
     """Sample every request; returns the prediction rows and the requests skipped as too long."""
     generations = engine.generate([r.prompt for r in requests], sampling, keys=[r.key for r in requests])
     rows = prediction_rows(requests, generations, provenance)
@@ -113,9 +112,13 @@ def predict(engine: Engine, requests: Sequence[Request], sampling: SamplingConfi
         log.warning("%d prompts too long, skipped: %s", len(skipped), ", ".join(r.key for r in skipped[:20]))
     truncated = sum(row["finish_reason"] == "length" for row in rows)
     if generations.seconds > 0:
-        log.info("%d predictions (%.1f%% truncated), %.2f predictions/s, %.0f generated tokens/s",
-                 len(rows), 100 * truncated / max(len(rows), 1), len(rows) / generations.seconds,
-                 generations.n_generated_tokens / generations.seconds)
+        log.info(
+            "%d predictions (%.1f%% truncated), %.2f predictions/s, %.0f generated tokens/s",
+            len(rows),
+            100 * truncated / max(len(rows), 1),
+            len(rows) / generations.seconds,
+            generations.n_generated_tokens / generations.seconds,
+        )
     return rows, skipped
 
 

@@ -75,7 +75,8 @@ def run(args: argparse.Namespace) -> int:
     output = Path(args.output)
     if config.source in ("tiny", "random") and not args.tasks:
         raise PipelineError(
-            f"model: source {config.source!r} needs --tasks (a tasks parquet to train its tokenizer on)")
+            f"model: source {config.source!r} needs --tasks (a tasks parquet to train its tokenizer on)"
+        )
     if args.tasks:
         check_parquet(args.tasks, TASKS_SCHEMA)  # before torch's import, which takes seconds
     started = time.perf_counter()

@@ -17,7 +17,6 @@ import polars as pl
 from pydantic import BaseModel, ConfigDict, Field
 
 from arc_pipeline.config.slices import add_config_argument, parse_config
-from arc_pipeline.task_files import read_tasks_by_id
 from arc_pipeline.domain.tasks import Task
 from arc_pipeline.io import read_frame, write_table
 from arc_pipeline.refinement import (
@@ -27,6 +26,7 @@ from arc_pipeline.refinement import (
     select_for_training,
 )
 from arc_pipeline.schemas import EXECUTIONS_SCHEMA, PREDICTIONS_SCHEMA, REFINEMENT_SCHEMA
+from arc_pipeline.task_files import read_tasks_by_id
 
 log = logging.getLogger(__name__)
 
@@ -47,12 +47,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--executions", type=Path, nargs="+", required=True, help="executions parquet(s)")
     parser.add_argument("--model", type=Path, required=True, help="model folder (its tokenizer renders the prompts)")
     parser.add_argument("--output", type=Path, required=True, help="refinement parquet (REFINEMENT_SCHEMA)")
-    parser.add_argument("--max-prompt-tokens", type=int, help="drop prompts longer than this: training's limit, "
-                        "train.max_seq_length - train.max_completion_length (the workflow passes it); "
-                        "default: keep every prompt")
+    parser.add_argument(
+        "--max-prompt-tokens",
+        type=int,
+        help="drop prompts longer than this: training's limit, "
+        "train.max_seq_length - train.max_completion_length (the workflow passes it); "
+        "default: keep every prompt",
+    )
     add_config_argument(parser)
-
-
 
 
 def read_all(paths: list[Path], schema) -> pl.DataFrame:

@@ -27,8 +27,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output", type=Path, required=True, help="adapter folder to write")
     parser.add_argument("--metrics", type=Path, required=True, help="training metrics parquet to write")
     parser.add_argument("--checkpoint-dir", type=Path, help="checkpoints (default: <output>_checkpoints)")
-    parser.add_argument("--threads", type=int, help="CPUs this job may use (Snakemake's threads): the default "
-                        "number of reward sandbox workers")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        help="CPUs this job may use (Snakemake's threads): the default number of reward sandbox workers",
+    )
     add_config_argument(parser)
 
 
@@ -43,7 +46,8 @@ def run(args: argparse.Namespace) -> int:
     config = config.model_copy(update={"execution_workers": config.reward_workers(args.threads)})
     result = train(config, args.dataset, args.model, args.output, args.metrics, args.checkpoint_dir)
     log.info(
-        "training done at step %d%s%s", result.global_step,
+        "training done at step %d%s%s",
+        result.global_step,
         f" (resumed from {result.resumed_from})" if result.resumed_from else "",
         f"; collapse guard kept {result.kept_checkpoint}" if result.stopped_by_guard else "",
     )

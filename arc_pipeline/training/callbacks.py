@@ -78,7 +78,10 @@ class CollapseGuard(TrainerCallback):
             control.should_training_stop = True
             log.warning(
                 "collapse guard: %d consecutive windows from step %d (%s); stopping at step %d",
-                self.streak, self.streak_start, "; ".join(self.reasons), state.global_step,
+                self.streak,
+                self.streak_start,
+                "; ".join(self.reasons),
+                state.global_step,
             )
         return control
 
@@ -101,7 +104,6 @@ class LiveMetrics(TrainerCallback):
         return control
 
 
-
 def metrics_rows(log_history: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """The trainer's log history in long format (``TRAINING_METRICS_SCHEMA``); NaN becomes null."""
     rows = []
@@ -111,6 +113,6 @@ def metrics_rows(log_history: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         for name, value in entry.items():
             if name in ("step", "epoch") or isinstance(value, bool) or not isinstance(value, (int, float)):
                 continue
-            value = float(value)
-            rows.append({"step": step, "epoch": epoch, "name": name, "value": None if math.isnan(value) else value})
+            number = float(value)
+            rows.append({"step": step, "epoch": epoch, "name": name, "value": None if math.isnan(number) else number})
     return rows

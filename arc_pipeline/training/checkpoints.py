@@ -28,8 +28,15 @@ FINGERPRINT_FILE = "run_fingerprint.json"
 REWARD_KEY = "reward"  # the trainer's logged mean reward of a window
 # Config fields that do not change what is learned: changing them keeps the checkpoints.
 _NOT_IN_FINGERPRINT = {
-    "report_to", "run_name", "logging_steps", "log_completions", "save_steps", "save_total_limit",
-    "execution_workers", "collapse_guard", "max_steps",
+    "report_to",
+    "run_name",
+    "logging_steps",
+    "log_completions",
+    "save_steps",
+    "save_total_limit",
+    "execution_workers",
+    "collapse_guard",
+    "max_steps",
 }
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
 _WHOLE_FILE_BYTES = 4 << 20  # files up to this size are hashed whole; larger ones (weights) sampled
@@ -89,8 +96,9 @@ def _same_run(recorded: dict, fingerprint: dict, model_dir: str | os.PathLike | 
     # A marker from before content fingerprints recorded the model's absolute path instead.
     if "model" in recorded and "model_sha256" not in recorded and model_dir is not None:
         others = {k: v for k, v in fingerprint.items() if k != "model_sha256"}
-        return {k: v for k, v in recorded.items() if k != "model"} == others and \
-            recorded["model"] == str(Path(model_dir).resolve())
+        return {k: v for k, v in recorded.items() if k != "model"} == others and recorded["model"] == str(
+            Path(model_dir).resolve()
+        )
     return False
 
 
@@ -112,8 +120,12 @@ def prepare_checkpoint_dir(folder: Path, fingerprint: dict, model_dir: str | os.
     marker = folder / FINGERPRINT_FILE
     if marker.is_file() and not _same_run(json.loads(marker.read_text()), fingerprint, model_dir):
         moved = set_aside(folder)
-        log.warning("%s: checkpoints belong to a different run (config, data or model changed): moved them to %s "
-                    "(delete that folder yourself if it is not needed) and starting afresh", folder, moved)
+        log.warning(
+            "%s: checkpoints belong to a different run (config, data or model changed): moved them to %s "
+            "(delete that folder yourself if it is not needed) and starting afresh",
+            folder,
+            moved,
+        )
     folder.mkdir(parents=True, exist_ok=True)
     marker.write_text(json.dumps(fingerprint, indent=2, sort_keys=True) + "\n")
     resume = last_complete_checkpoint(folder)
@@ -166,7 +178,8 @@ def best_checkpoint(folder: str | Path, log_history: list[dict[str, Any]], befor
         if before_step is not None and step >= before_step:
             break
         rewards = [
-            entry[REWARD_KEY] for entry in log_history
+            entry[REWARD_KEY]
+            for entry in log_history
             if REWARD_KEY in entry and previous < entry.get("step", 0) <= step and not math.isnan(entry[REWARD_KEY])
         ]
         previous = step

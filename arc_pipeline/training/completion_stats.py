@@ -38,7 +38,7 @@ def max_ngram_count(token_ids: Sequence[int], n: int) -> int:
     """How often the most frequent n-gram of token ids occurs (0 for completions shorter than n)."""
     if len(token_ids) < n:
         return 0
-    counts = Counter(tuple(token_ids[i: i + n]) for i in range(len(token_ids) - n + 1))
+    counts = Counter(tuple(token_ids[i : i + n]) for i in range(len(token_ids) - n + 1))
     return max(counts.values())
 
 
@@ -47,7 +47,7 @@ def unique_ngram_ratio(token_ids: Sequence[int], n: int) -> float:
     total = len(token_ids) - n + 1
     if total <= 0:
         return 0.0
-    return len({tuple(token_ids[i: i + n]) for i in range(total)}) / total
+    return len({tuple(token_ids[i : i + n]) for i in range(total)}) / total
 
 
 def max_ngram_share(token_ids: Sequence[int], n: int) -> float:

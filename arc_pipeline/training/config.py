@@ -78,12 +78,15 @@ class TrainConfig(BaseModel):
     warmup_ratio: float = Field(0.01, ge=0, le=1, description="published run: 1% warm-up")
     max_grad_norm: float = Field(0.05, gt=0, description="published run: 0.05")
     weight_decay: float = Field(
-        0.01, ge=0, description="AdamW weight decay (published run: 0.01, unsloth's trainer default; transformers' "
-        "default is 0)")
+        0.01,
+        ge=0,
+        description="AdamW weight decay (published run: 0.01, unsloth's trainer default; transformers' default is 0)",
+    )
     optim: str = Field(
         "adamw_torch_fused",
         description="transformers optimizer name; the published run used 'adamw_8bit' (unsloth's default, needs "
-        "bitsandbytes and a GPU); see docs/reproduction.md")
+        "bitsandbytes and a GPU); see docs/reproduction.md",
+    )
     num_train_epochs: float = Field(1, gt=0, description="published run: 1 epoch over the refinement dataset")
     max_steps: int = Field(-1, description="stop after this many optimizer steps; -1 = run the epochs")
     gradient_accumulation_steps: PositiveInt = Field(4, description="published run: 4")
@@ -96,15 +99,18 @@ class TrainConfig(BaseModel):
 
     # ---- GRPO
     num_generations: PositiveInt = Field(
-        32, ge=2, description="completions per advantage group (one group = one prompt's completions)")
+        32, ge=2, description="completions per advantage group (one group = one prompt's completions)"
+    )
     task_repeats: PositiveInt = Field(
         1,
         description="groups per task and step: each task is sampled num_generations x task_repeats times per "
         "optimizer step, as task_repeats groups whose advantages are centred per group. The published run: "
         "num_generations 8, task_repeats 4 (4 groups of 8 = 32 completions, std over all 32 with scale_rewards "
-        "batch); 1 group of 32 is num_generations 32, task_repeats 1")
+        "batch); 1 group of 32 is num_generations 32, task_repeats 1",
+    )
     beta: float = Field(
-        0.02, ge=0, description="KL coefficient (published run: 0.02; TRL 1.x default 0 = no reference)")
+        0.02, ge=0, description="KL coefficient (published run: 0.02; TRL 1.x default 0 = no reference)"
+    )
     loss_type: Literal["grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo"] = Field(
         "bnpo",
         description="loss aggregation; the published run used 'bnpo' (normalised by the tokens of the local "
@@ -123,7 +129,8 @@ class TrainConfig(BaseModel):
     )
     scale_rewards: Literal["group", "batch", "none"] = Field("batch", description="published run: batch")
     mask_truncated_completions: bool = Field(
-        True, description="drop truncated completions from the loss (published run: on)")
+        True, description="drop truncated completions from the loss (published run: on)"
+    )
     epsilon: float = Field(0.2, gt=0, description="lower clip of the importance ratio (TRL default)")
     epsilon_high: float | None = Field(
         None, gt=0, description="clip-higher (DAPO recommends 0.28); None = same as epsilon (published run: off)"
@@ -149,8 +156,8 @@ class TrainConfig(BaseModel):
     repetition_penalty: float = Field(1.02, gt=0, description="published run: 1.02")
     max_completion_length: PositiveInt = Field(1024, description="published run: 1,024 tokens")
     max_seq_length: PositiveInt = Field(
-        9700, description="prompt + completion limit (published run: 9,700); longer prompts are dropped from the "
-        "dataset"
+        9700,
+        description="prompt + completion limit (published run: 9,700); longer prompts are dropped from the dataset",
     )
 
     # ---- reward
@@ -166,22 +173,30 @@ class TrainConfig(BaseModel):
     )
     soft_overlong_weight: float = Field(1.0, ge=0, description="weight of the overlong penalty in the summed reward")
     execution_workers: PositiveInt | None = Field(
-        None, description="sandbox processes running generated programs; None = the job's threads (--threads: "
-        "the workflow passes cluster.gpu.threads), 4 when run without --threads")
+        None,
+        description="sandbox processes running generated programs; None = the job's threads (--threads: "
+        "the workflow passes cluster.gpu.threads), 4 when run without --threads",
+    )
     execution_rules: Literal["strict", "published"] = Field(
-        "strict", description="execution rules of the reward (arc_pipeline/scoring/rules.py); the published "
-        "rewards were computed under 'published'")
+        "strict",
+        description="execution rules of the reward (arc_pipeline/scoring/rules.py); the published "
+        "rewards were computed under 'published'",
+    )
     execution_timeout_s: float = Field(
-        1.0, gt=0, description="time limit of a program on all inputs (published run: 1 s)")
+        1.0, gt=0, description="time limit of a program on all inputs (published run: 1 s)"
+    )
     execution_memory_mb: PositiveInt = Field(
-        4096, description="memory limit of a program during RL (published run: 4,096 MiB)")
+        4096, description="memory limit of a program during RL (published run: 4,096 MiB)"
+    )
 
     # ---- checkpoints and logging
     save_steps: PositiveInt = Field(200, description="checkpoint every this many steps (published run: 200)")
     save_total_limit: PositiveInt | None = Field(None, description="keep at most this many checkpoints; None = all")
     logging_steps: PositiveInt = Field(
-        1, description="log every this many steps (one row of training_metrics; metrics are averaged over the "
-        "window); the published run logged every 10")
+        1,
+        description="log every this many steps (one row of training_metrics; metrics are averaged over the "
+        "window); the published run logged every 10",
+    )
     report_to: list[str] = Field(
         default_factory=lambda: ["tensorboard"], description="trackers: tensorboard (default), wandb, none"
     )
@@ -189,10 +204,11 @@ class TrainConfig(BaseModel):
     log_completions: bool = Field(False, description="TRL's sample table of prompts and completions")
 
     collapse_guard: CollapseGuardConfig = Field(
-        default_factory=CollapseGuardConfig, description="stop training when it collapses (off by default)")
+        default_factory=CollapseGuardConfig, description="stop training when it collapses (off by default)"
+    )
 
     @model_validator(mode="after")
-    def _check(self) -> "TrainConfig":
+    def _check(self) -> TrainConfig:
         if self.reward not in REWARD_NAMES:
             raise ValueError(f"reward must be one of {list(REWARD_NAMES)}, got {self.reward!r}")
         if self.per_device_train_batch_size is None and self.completions_per_step % self.gradient_accumulation_steps:
@@ -200,8 +216,10 @@ class TrainConfig(BaseModel):
                 f"num_generations x task_repeats ({self.completions_per_step}) must be a multiple of "
                 f"gradient_accumulation_steps ({self.gradient_accumulation_steps}), or set per_device_train_batch_size"
             )
-        if self.task_repeats > 1 and self.per_device_train_batch_size is not None and (
-            self.per_device_train_batch_size * self.gradient_accumulation_steps != self.completions_per_step
+        if (
+            self.task_repeats > 1
+            and self.per_device_train_batch_size is not None
+            and (self.per_device_train_batch_size * self.gradient_accumulation_steps != self.completions_per_step)
         ):
             raise ValueError(
                 "with task_repeats > 1 one generation batch must hold exactly one task's groups: "

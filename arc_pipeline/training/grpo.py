@@ -42,7 +42,14 @@ log = logging.getLogger(__name__)
 
 # Columns handed to the trainer: the prompt plus what the reward needs (and ids for the logs).
 DATASET_COLUMNS = [
-    "prompt", "task_id", "prediction_id", "train_inputs", "train_outputs", "test_inputs", "test_outputs", "test_index",
+    "prompt",
+    "task_id",
+    "prediction_id",
+    "train_inputs",
+    "train_outputs",
+    "test_inputs",
+    "test_outputs",
+    "test_index",
 ]
 SUMMARY_FILE = "training_summary.json"
 
@@ -69,7 +76,9 @@ def load_refinement_dataset(path: str | os.PathLike, tokenizer: Any, config: Tra
     frame = frame.filter(pl.col("prompt_tokens") <= config.max_prompt_tokens)
     dropped = total - frame.height
     if dropped:
-        log.warning("%s: dropped %d of %d prompts longer than %d tokens", path, dropped, total, config.max_prompt_tokens)
+        log.warning(
+            "%s: dropped %d of %d prompts longer than %d tokens", path, dropped, total, config.max_prompt_tokens
+        )
     if frame.height == 0:
         raise InputFileError(f"{path}: no refinement prompt to train on ({total} rows, {dropped} too long)")
     if adds_bos(tokenizer) and not config.double_bos:
@@ -288,7 +297,9 @@ def train(
     dataset, dataset_counts = load_refinement_dataset(dataset_path, tokenizer, config)
     guard = CollapseGuard(config.collapse_guard)
     sandbox_config = SandboxConfig(
-        workers=config.reward_workers(), timeout_s=config.execution_timeout_s, memory_mb=config.execution_memory_mb,
+        workers=config.reward_workers(),
+        timeout_s=config.execution_timeout_s,
+        memory_mb=config.execution_memory_mb,
         max_output_side=max_output_side(config.execution_rules),
     )
     with Sandbox(sandbox_config) as sandbox:
@@ -337,15 +348,20 @@ def train(
     return result
 
 
-def _finished_from_checkpoint(checkpoint: Path, config: TrainConfig, output: Path,
-                              metrics_path: str | os.PathLike) -> TrainResult:
+def _finished_from_checkpoint(
+    checkpoint: Path, config: TrainConfig, output: Path, metrics_path: str | os.PathLike
+) -> TrainResult:
     """Write the adapter and metrics of a checkpoint that already reached max_steps (no training step)."""
     from arc_pipeline.training.callbacks import CollapseGuard, metrics_rows
 
     state = json.loads((checkpoint / "trainer_state.json").read_text())
     log.info("%s already reached max_steps=%d: writing its adapter without training", checkpoint, config.max_steps)
-    result = TrainResult(global_step=int(state.get("global_step", 0)), resumed_from=str(checkpoint),
-                         stopped_by_guard=False, kept_checkpoint=str(checkpoint))
+    result = TrainResult(
+        global_step=int(state.get("global_step", 0)),
+        resumed_from=str(checkpoint),
+        stopped_by_guard=False,
+        kept_checkpoint=str(checkpoint),
+    )
     if int(os.environ.get("RANK", "0")) != 0:  # as trainer.is_world_process_zero() in a distributed run
         return result
     _write_adapter(None, output, checkpoint, config, result, CollapseGuard(config.collapse_guard))
@@ -353,8 +369,9 @@ def _finished_from_checkpoint(checkpoint: Path, config: TrainConfig, output: Pat
     return result
 
 
-def _write_adapter(trainer: Any, output: Path, kept: Path | None, config: TrainConfig, result: TrainResult,
-                   guard: Any) -> None:
+def _write_adapter(
+    trainer: Any, output: Path, kept: Path | None, config: TrainConfig, result: TrainResult, guard: Any
+) -> None:
     """Write the adapter (the trainer's, or the kept checkpoint's) and the run summary, swapped in atomically."""
     with replace_folder(output) as staging:
         if kept is None:
@@ -367,5 +384,9 @@ def _write_adapter(trainer: Any, output: Path, kept: Path | None, config: TrainC
             "config": config.model_dump(mode="json"),
         }
         (staging / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n")
-    log.info("adapter written to %s (step %d%s)", output, result.global_step,
-             f", kept {result.kept_checkpoint}" if result.kept_checkpoint else "")
+    log.info(
+        "adapter written to %s (step %d%s)",
+        output,
+        result.global_step,
+        f", kept {result.kept_checkpoint}" if result.kept_checkpoint else "",
+    )

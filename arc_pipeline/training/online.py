@@ -95,7 +95,7 @@ class Episode:
 def _strip_bos(tokenizer: Any, text: str) -> str:
     """TRL tokenizes standard prompts with ``tokenizer(text)``, which adds BOS again (as in grpo.py)."""
     if adds_bos(tokenizer) and text.startswith(tokenizer.bos_token):
-        return text[len(tokenizer.bos_token):]
+        return text[len(tokenizer.bos_token) :]
     return text
 
 
@@ -128,8 +128,9 @@ class OnlineRollout:
         """One sample per prompt with the current policy (model.generate or colocated vLLM)."""
         return trainer._generate_single_turn(prompt_ids, None, {}, 1)
 
-    def feedback_ids(self, tokenizer: Any, first_prompt: str, first_text: str, first_ids: Sequence[int],
-                     refinement_prompt: str) -> list[int]:
+    def feedback_ids(
+        self, tokenizer: Any, first_prompt: str, first_text: str, first_ids: Sequence[int], refinement_prompt: str
+    ) -> list[int]:
         """Tokens between the end of the first answer and the second answer: the refinement prompt's tail.
 
         The refinement prompt is ``first prompt + first answer + end of turn + feedback user turn +
@@ -141,16 +142,16 @@ class OnlineRollout:
         """
         if not refinement_prompt.startswith(first_prompt):
             raise ValueError("online rollout: the refinement prompt does not extend the first-turn prompt")
-        rest = refinement_prompt[len(first_prompt):]
+        rest = refinement_prompt[len(first_prompt) :]
         answer = first_text.strip()
         start = rest.find(answer)
         if start < 0 or rest[:start].strip():
             raise ValueError("online rollout: the first answer is not where the refinement prompt puts it")
-        tail = rest[start + len(answer):]
+        tail = rest[start + len(answer) :]
         if first_ids:
             stop = tokenizer.decode([int(first_ids[-1])])
             if stop and tail.startswith(stop):
-                tail = tail[len(stop):]
+                tail = tail[len(stop) :]
         return tokenizer(tail, add_special_tokens=False)["input_ids"]
 
     def _refinable_outputs(self, task: Task, result: Any) -> list[np.ndarray] | None:
@@ -164,8 +165,9 @@ class OnlineRollout:
             return None
         return outputs
 
-    def first_turn_results(self, first_ids: Sequence[Sequence[int]], first_texts: Sequence[str],
-                           tasks: Sequence[Task]) -> dict[int, Any]:
+    def first_turn_results(
+        self, first_ids: Sequence[Sequence[int]], first_texts: Sequence[str], tasks: Sequence[Task]
+    ) -> dict[int, Any]:
         """Sandbox results of the finished first answers whose program may run under the rules, by index.
 
         A first answer the rules refuse (no code, or under ``published`` code they reject) gets no result,
@@ -188,8 +190,10 @@ class OnlineRollout:
         rows = [self._row(trainer, prompt) for prompt in prompts]
         tasks = [Task.from_row(row) for row in rows]
         first_prompts = [
-            _strip_bos(tokenizer, render_first_turn(
-                tokenizer, first_turn_messages(task, range(len(task.train)), int(row["test_index"]))))
+            _strip_bos(
+                tokenizer,
+                render_first_turn(tokenizer, first_turn_messages(task, range(len(task.train)), int(row["test_index"]))),
+            )
             for task, row in zip(tasks, rows, strict=True)
         ]
         prompt_ids = [tokenizer(text)["input_ids"] for text in first_prompts]
@@ -209,8 +213,9 @@ class OnlineRollout:
                 continue
             messages = refinement_messages(task, int(row["test_index"]), text, outputs)
             refinement_prompt = _strip_bos(tokenizer, render_refinement(tokenizer, messages))
-            episode.feedback_ids = self.feedback_ids(tokenizer, first_prompts[index], text, episode.first_ids,
-                                                     refinement_prompt)
+            episode.feedback_ids = self.feedback_ids(
+                tokenizer, first_prompts[index], text, episode.first_ids, refinement_prompt
+            )
             second_rows.append(index)
             second_prompts.append(episode.prompt_ids + episode.first_ids + episode.feedback_ids)
         if second_prompts:
@@ -243,8 +248,9 @@ class FinalTurnReward:
         self.reward = reward
         self.__name__ = getattr(reward, "__name__", type(reward).__name__)
 
-    def __call__(self, prompts: Sequence[Any], completions: Sequence[str], completion_ids: Any = None,
-                 **kwargs: Any) -> list[float]:
+    def __call__(
+        self, prompts: Sequence[Any], completions: Sequence[str], completion_ids: Any = None, **kwargs: Any
+    ) -> list[float]:
         finals = kwargs.pop(FINAL_TEXT)
         final_ids = kwargs.pop(FINAL_IDS)
         turns = kwargs.pop(TURNS)

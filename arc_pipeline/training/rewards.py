@@ -98,8 +98,11 @@ class ArcReward:
             if truncated and self.truncated_reward is not None:
                 reward = float(self.truncated_reward)
             task_id = None if task_ids is None else task_ids[index]
-            outcomes.append(CompletionOutcome(reward=reward, truncated=truncated, error_type=error_type,
-                                              token_ids=ids or [], task_id=task_id))
+            outcomes.append(
+                CompletionOutcome(
+                    reward=reward, truncated=truncated, error_type=error_type, token_ids=ids or [], task_id=task_id
+                )
+            )
         return outcomes
 
     def __call__(
@@ -116,8 +119,9 @@ class ArcReward:
         task_id: Sequence[str] | None = None,
         **_: Any,
     ) -> list[float]:
-        outcomes = self.score(completions, train_inputs, train_outputs, test_inputs, test_outputs, completion_ids,
-                              task_id)
+        outcomes = self.score(
+            completions, train_inputs, train_outputs, test_inputs, test_outputs, completion_ids, task_id
+        )
         self.log_batch(outcomes, log_metric)
         return [outcome.reward for outcome in outcomes]
 

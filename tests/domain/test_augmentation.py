@@ -66,7 +66,7 @@ def test_identity_and_inverse_map():
 
 
 @pytest.mark.parametrize(
-    "args, message",
+    ("args", "message"),
     [((False, 4, tuple(range(10))), "rot90_k"), ((False, 0, (0, 0, 1, 2, 3, 4, 5, 6, 7, 8)), "permutation")],
 )
 def test_rejects_invalid_parameters(args, message):
@@ -114,7 +114,7 @@ class RecordingGenerator:
         return self.rng.random(*args, **kwargs)
 
     def permutation(self, x):
-        if np.ndim(x) == 0 and int(x) == 10 or np.ndim(x) == 1 and len(x) == 10:
+        if (np.ndim(x) == 0 and int(x) == 10) or (np.ndim(x) == 1 and len(x) == 10):
             self.full_permutations += 1
         else:
             self.partial_permutations += 1

@@ -207,8 +207,10 @@ def test_refinement_all_correct_and_rounding(small_task):
     assert user.count("Execution output:\n\n\nThe output grid matches the expected output grid.\n\n") == 3
     outputs[1] = np.array([[6, 0, 0]], dtype=np.int8)
     user = refinement_messages(small_task, 0, "", outputs)[-1]["content"]
-    assert "Execution output:\nPink Black Black\n\nThe output grid does not match the expected output grid.\n" \
+    assert (
+        "Execution output:\nPink Black Black\n\nThe output grid does not match the expected output grid.\n"
         "The pixel similarity score is 33.3%.\nThe output grid shape is correct.\n\n" in user
+    )
     outputs[1] = np.array([[6, 5, 0]], dtype=np.int8)
     assert "The pixel similarity score is 66.7%." in refinement_messages(small_task, 0, "", outputs)[-1]["content"]
 
@@ -237,8 +239,11 @@ def test_render_first_turn_tiny_tokenizer(small_task, tiny_tokenizer):
     rendered = render_first_turn(tiny_tokenizer, first_turn_messages(small_task, [1, 0, 2], 1))
     assert rendered == (
         LLAMA31_SYSTEM_BLOCK
-        + "<|start_header_id|>user<|end_header_id|>\n\n" + EXPECTED_FIRST_USER + "<|eot_id|>"
-        + "<|start_header_id|>assistant<|end_header_id|>\n\n" + EXPECTED_PREFIX[:-1]
+        + "<|start_header_id|>user<|end_header_id|>\n\n"
+        + EXPECTED_FIRST_USER
+        + "<|eot_id|>"
+        + "<|start_header_id|>assistant<|end_header_id|>\n\n"
+        + EXPECTED_PREFIX[:-1]
     )
 
 
@@ -246,10 +251,16 @@ def test_render_refinement_tiny_tokenizer(small_task, tiny_tokenizer):
     rendered = render_refinement(tiny_tokenizer, refinement_messages(small_task, 0, PREVIOUS_TEXT, PREVIOUS_OUTPUTS))
     assert rendered == (
         LLAMA31_SYSTEM_BLOCK
-        + "<|start_header_id|>user<|end_header_id|>\n\n" + EXPECTED_NATURAL_USER + "<|eot_id|>"
-        + "<|start_header_id|>assistant<|end_header_id|>\n\n" + EXPECTED_PREFIX + PREVIOUS_TEXT.rstrip("\n")
+        + "<|start_header_id|>user<|end_header_id|>\n\n"
+        + EXPECTED_NATURAL_USER
         + "<|eot_id|>"
-        + "<|start_header_id|>user<|end_header_id|>\n\n" + EXPECTED_REFINEMENT_USER + "<|eot_id|>"
+        + "<|start_header_id|>assistant<|end_header_id|>\n\n"
+        + EXPECTED_PREFIX
+        + PREVIOUS_TEXT.rstrip("\n")
+        + "<|eot_id|>"
+        + "<|start_header_id|>user<|end_header_id|>\n\n"
+        + EXPECTED_REFINEMENT_USER
+        + "<|eot_id|>"
         + "<|start_header_id|>assistant<|end_header_id|>\n\n"
     )
 
@@ -265,9 +276,14 @@ def test_render_with_untrimmed_llama3_template(small_task, plain_tokenizer):
     """A template that keeps whitespace keeps the prefix's newline; no end-of-turn token follows it."""
     first = render_first_turn(plain_tokenizer, first_turn_messages(small_task, [1, 0, 2], 1))
     assert first == (
-        "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\n" + EXPECTED_SYSTEM + "<|eot_id|>"
-        + "<|start_header_id|>user<|end_header_id|>\n\n" + EXPECTED_FIRST_USER + "<|eot_id|>"
-        + "<|start_header_id|>assistant<|end_header_id|>\n\n" + EXPECTED_PREFIX
+        "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\n"
+        + EXPECTED_SYSTEM
+        + "<|eot_id|>"
+        + "<|start_header_id|>user<|end_header_id|>\n\n"
+        + EXPECTED_FIRST_USER
+        + "<|eot_id|>"
+        + "<|start_header_id|>assistant<|end_header_id|>\n\n"
+        + EXPECTED_PREFIX
     )
     second = render_refinement(plain_tokenizer, refinement_messages(small_task, 0, PREVIOUS_TEXT, PREVIOUS_OUTPUTS))
     assert second.endswith(

@@ -30,10 +30,18 @@ TEXT = "Recolor.\n```python\ndef transform(input_grid):\n    return input_grid\n
 
 # task A: recolour 1 -> 2; task B: recolour 3 -> 4 (2 train pairs, 1 test pair each)
 TRUTH = {
-    "A": {"train": [[[1, 0], [0, 0]], [[0, 1], [0, 0]]], "train_out": [[[2, 0], [0, 0]], [[0, 2], [0, 0]]],
-          "test": [[[1, 1], [0, 0]]], "test_out": [[[2, 2], [0, 0]]]},
-    "B": {"train": [[[3, 0, 0]], [[0, 3, 0]]], "train_out": [[[4, 0, 0]], [[0, 4, 0]]],
-          "test": [[[3, 3, 3]]], "test_out": [[[4, 4, 4]]]},
+    "A": {
+        "train": [[[1, 0], [0, 0]], [[0, 1], [0, 0]]],
+        "train_out": [[[2, 0], [0, 0]], [[0, 2], [0, 0]]],
+        "test": [[[1, 1], [0, 0]]],
+        "test_out": [[[2, 2], [0, 0]]],
+    },
+    "B": {
+        "train": [[[3, 0, 0]], [[0, 3, 0]]],
+        "train_out": [[[4, 0, 0]], [[0, 4, 0]]],
+        "test": [[[3, 3, 3]]],
+        "test_out": [[[4, 4, 4]]],
+    },
 }
 WRONG = [[9]]
 
@@ -45,25 +53,51 @@ def grid(rows) -> np.ndarray:
 def tasks() -> list[Task]:
     out = []
     for task_id, t in TRUTH.items():
-        out.append(Task(task_id,
-                        train=tuple(Pair(grid(i), grid(o)) for i, o in zip(t["train"], t["train_out"])),
-                        test=tuple(Pair(grid(i), grid(o)) for i, o in zip(t["test"], t["test_out"])),
-                        source="test"))
+        out.append(
+            Task(
+                task_id,
+                train=tuple(Pair(grid(i), grid(o)) for i, o in zip(t["train"], t["train_out"])),
+                test=tuple(Pair(grid(i), grid(o)) for i, o in zip(t["test"], t["test_out"])),
+                source="test",
+            )
+        )
     return out
 
 
 def prediction(task_id: str, turn: int, round_: int, sample: int, parent: str | None = None) -> dict:
     return {
-        "prediction_id": f"{task_id}/t{turn}/r{round_}/s{sample}", "task_id": task_id, "turn": turn,
-        "round": round_, "sample_index": sample, **IDENTITY, "train_order": [0, 1], "test_index": 0,
-        "parent_prediction_id": parent, "prompt_hash": "0" * 16, "prompt_tokens": 10, "text": TEXT,
-        "completion_tokens": 5, "finish_reason": "stop", "model": "tiny", "adapter": None,
-        "temperature": 1.0, "top_p": 0.95, "max_tokens": 64, "seed": 0,
+        "prediction_id": f"{task_id}/t{turn}/r{round_}/s{sample}",
+        "task_id": task_id,
+        "turn": turn,
+        "round": round_,
+        "sample_index": sample,
+        **IDENTITY,
+        "train_order": [0, 1],
+        "test_index": 0,
+        "parent_prediction_id": parent,
+        "prompt_hash": "0" * 16,
+        "prompt_tokens": 10,
+        "text": TEXT,
+        "completion_tokens": 5,
+        "finish_reason": "stop",
+        "model": "tiny",
+        "adapter": None,
+        "temperature": 1.0,
+        "top_p": 0.95,
+        "max_tokens": 64,
+        "seed": 0,
     }
 
 
-def execution(prediction_id: str, *, error: str | None = None, has_code: bool = True, fp: str | None = None,
-              train: tuple | None = None, test: tuple | None = None) -> dict:
+def execution(
+    prediction_id: str,
+    *,
+    error: str | None = None,
+    has_code: bool = True,
+    fp: str | None = None,
+    train: tuple | None = None,
+    test: tuple | None = None,
+) -> dict:
     """train/test: (pixel_score, correct_grids) -- is_correct follows from correct_grids == 1; the
     outputs are the truth where a grid is right and WRONG elsewhere (1 train grid right at 0.5)."""
     task_id = prediction_id.split("/")[0]
@@ -75,13 +109,20 @@ def execution(prediction_id: str, *, error: str | None = None, has_code: bool = 
         train_outputs = [g if i < right_train else WRONG for i, g in enumerate(truth["train_out"])]
         test_outputs = [g if test[1] == 1 else WRONG for g in truth["test_out"]]
     return {
-        "prediction_id": prediction_id, "task_id": task_id, "turn": turn, "has_code": has_code,
-        "error_type": error, "error_message": None if valid else f"{error}: it failed",
-        "train_outputs": train_outputs if valid else None, "test_outputs": test_outputs if valid else None,
+        "prediction_id": prediction_id,
+        "task_id": task_id,
+        "turn": turn,
+        "has_code": has_code,
+        "error_type": error,
+        "error_message": None if valid else f"{error}: it failed",
+        "train_outputs": train_outputs if valid else None,
+        "test_outputs": test_outputs if valid else None,
         "fingerprint": fp if valid else None,
-        "train_pixel_score": train[0] if valid else None, "train_correct_grids": train[1] if valid else None,
+        "train_pixel_score": train[0] if valid else None,
+        "train_correct_grids": train[1] if valid else None,
         "train_is_correct": (train[1] == 1) if valid else None,
-        "test_pixel_score": test[0] if valid else None, "test_correct_grids": test[1] if valid else None,
+        "test_pixel_score": test[0] if valid else None,
+        "test_correct_grids": test[1] if valid else None,
         "test_is_correct": (test[1] == 1) if valid else None,
         "duration_s": 0.01,
     }
@@ -97,16 +138,18 @@ def _frame(rows: list[dict], schema) -> pl.DataFrame:
 
 
 def baseline_executions() -> pl.DataFrame:
-    return executions_frame([
-        execution("A/t1/r0/s0", fp="a1", train=(0.5, 0.5), test=(0.5, 0.0)),
-        execution("A/t1/r0/s1", error="TimeoutException"),
-        execution("A/t1/r1/s0", fp="a2", train=(1.0, 1.0), test=(1.0, 1.0)),
-        execution("A/t1/r1/s1", error="ParsingCodeFailed", has_code=False),
-        execution("B/t1/r0/s0", fp="b1", train=(0.25, 0.0), test=(0.0, 0.0)),
-        execution("B/t1/r0/s1", fp="b1", train=(0.25, 0.0), test=(0.0, 0.0)),
-        execution("B/t1/r1/s0", fp="b2", train=(0.75, 0.5), test=(1.0, 1.0)),
-        execution("B/t1/r1/s1", error="ZeroDivisionError"),
-    ])
+    return executions_frame(
+        [
+            execution("A/t1/r0/s0", fp="a1", train=(0.5, 0.5), test=(0.5, 0.0)),
+            execution("A/t1/r0/s1", error="TimeoutException"),
+            execution("A/t1/r1/s0", fp="a2", train=(1.0, 1.0), test=(1.0, 1.0)),
+            execution("A/t1/r1/s1", error="ParsingCodeFailed", has_code=False),
+            execution("B/t1/r0/s0", fp="b1", train=(0.25, 0.0), test=(0.0, 0.0)),
+            execution("B/t1/r0/s1", fp="b1", train=(0.25, 0.0), test=(0.0, 0.0)),
+            execution("B/t1/r1/s0", fp="b2", train=(0.75, 0.5), test=(1.0, 1.0)),
+            execution("B/t1/r1/s1", error="ZeroDivisionError"),
+        ]
+    )
 
 
 # the refined (parent) prediction of each task: its best wrong first-half prediction
@@ -119,16 +162,18 @@ def refinement_predictions() -> pl.DataFrame:
 
 
 def rl_executions() -> pl.DataFrame:
-    return executions_frame([
-        execution("A/t2/r0/s0", fp="ra1", train=(1.0, 1.0), test=(1.0, 1.0)),
-        execution("A/t2/r0/s1", fp="ra1", train=(1.0, 1.0), test=(1.0, 1.0)),
-        execution("A/t2/r1/s0", error="TimeoutException"),
-        execution("A/t2/r1/s1", fp="ra2", train=(0.5, 0.5), test=(0.5, 0.0)),
-        execution("B/t2/r0/s0", fp="rb1", train=(1.0, 1.0), test=(1.0, 1.0)),
-        execution("B/t2/r0/s1", error="UnsafeCode"),
-        execution("B/t2/r1/s0", error="UnsafeCode"),
-        execution("B/t2/r1/s1", error="UnsafeCode"),
-    ])
+    return executions_frame(
+        [
+            execution("A/t2/r0/s0", fp="ra1", train=(1.0, 1.0), test=(1.0, 1.0)),
+            execution("A/t2/r0/s1", fp="ra1", train=(1.0, 1.0), test=(1.0, 1.0)),
+            execution("A/t2/r1/s0", error="TimeoutException"),
+            execution("A/t2/r1/s1", fp="ra2", train=(0.5, 0.5), test=(0.5, 0.0)),
+            execution("B/t2/r0/s0", fp="rb1", train=(1.0, 1.0), test=(1.0, 1.0)),
+            execution("B/t2/r0/s1", error="UnsafeCode"),
+            execution("B/t2/r1/s0", error="UnsafeCode"),
+            execution("B/t2/r1/s1", error="UnsafeCode"),
+        ]
+    )
 
 
 def base_executions() -> pl.DataFrame:
@@ -141,9 +186,13 @@ def base_executions() -> pl.DataFrame:
 def training_metrics() -> list[dict]:
     rows = []
     for step in range(1, 6):
-        for name, value in (("reward", 1.0 + 0.5 * step), ("completions/clipped_ratio", 0.1 * step),
-                            ("completions/mean_length", 100.0 + 10 * step), ("entropy", 0.5 - 0.05 * step),
-                            ("arc/solved_share", 0.02 * step)):
+        for name, value in (
+            ("reward", 1.0 + 0.5 * step),
+            ("completions/clipped_ratio", 0.1 * step),
+            ("completions/mean_length", 100.0 + 10 * step),
+            ("entropy", 0.5 - 0.05 * step),
+            ("arc/solved_share", 0.02 * step),
+        ):
             rows.append({"step": step, "epoch": step / 5, "name": name, "value": value})
     return rows
 

@@ -26,13 +26,29 @@ from tests.workflow.conftest import REPO, Workflow
 
 pytestmark = pytest.mark.slow
 
-CHROMIUM = next((shutil.which(name) for name in ("chromium", "chromium-browser", "google-chrome")
-                 if shutil.which(name)), None)
-REPORT_FILES = ("runs.html", "tasks.html", "kaggle.html", "errors.html", "errors.png", "passk.png", "training.png",
-                "examples.png", "published.html")
-CAPTION_WORDS = ("Does the RL refiner help?", "Unbiased pass", "GRPO training of the refiner",
-                 "Share of predictions per error type", "Kaggle-style scoring", "beside the published results",
-                 "up to two solved tasks")
+CHROMIUM = next(
+    (shutil.which(name) for name in ("chromium", "chromium-browser", "google-chrome") if shutil.which(name)), None
+)
+REPORT_FILES = (
+    "runs.html",
+    "tasks.html",
+    "kaggle.html",
+    "errors.html",
+    "errors.png",
+    "passk.png",
+    "training.png",
+    "examples.png",
+    "published.html",
+)
+CAPTION_WORDS = (
+    "Does the RL refiner help?",
+    "Unbiased pass",
+    "GRPO training of the refiner",
+    "Share of predictions per error type",
+    "Kaggle-style scoring",
+    "beside the published results",
+    "up to two solved tasks",
+)
 
 
 def place_inputs(workflow: Workflow) -> None:
@@ -61,10 +77,22 @@ def place_inputs(workflow: Workflow) -> None:
 
 
 def screenshot(url: str, png: Path, profile: Path) -> None:
-    command = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-               "--disable-background-networking", "--disable-component-update", "--disable-sync",
-               f"--user-data-dir={profile}", f"--screenshot={png}", "--window-size=1400,1000",
-               "--virtual-time-budget=5000", url]
+    command = [
+        CHROMIUM,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--user-data-dir={profile}",
+        f"--screenshot={png}",
+        "--window-size=1400,1000",
+        "--virtual-time-budget=5000",
+        url,
+    ]
     subprocess.run(command, capture_output=True, text=True, timeout=180, check=False)
     assert png.exists() and png.stat().st_size > 0, f"chromium wrote no screenshot of {url}"
 
@@ -115,8 +143,7 @@ def workflow(tmp_path: Path) -> Workflow:
 
 
 def test_report_embeds_tables_and_figures_and_renders(workflow: Workflow, tmp_path: Path) -> None:
-    workflow.config["evaluate"].update(n_eval=data.N_EVAL, refinement_prompts=data.K,
-                                         compare_with_published=True)
+    workflow.config["evaluate"].update(n_eval=data.N_EVAL, refinement_prompts=data.K, compare_with_published=True)
     workflow.write_config()
     place_inputs(workflow)
     target = workflow.target("evaluate/report/runs.md")
@@ -157,8 +184,10 @@ def test_report_of_finished_parts_before_evaluation(workflow: Workflow, tmp_path
     """A researcher builds the report while the evaluation still runs: with the finished BARC parts as
     targets it holds their metric tables; the whole workflow's report refuses, naming the missing file."""
     staged = data.write_inputs(workflow.workdir / "staged")
-    for source, relative in (("baseline_predictions", "inference/barc/part1.parquet"),
-                             ("tasks", "barc_split/part1.parquet")):
+    for source, relative in (
+        ("baseline_predictions", "inference/barc/part1.parquet"),
+        ("tasks", "barc_split/part1.parquet"),
+    ):
         workflow.path(relative).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(staged[source], workflow.path(relative))
     target = workflow.target("execute/barc/part1.metrics.html")
@@ -175,8 +204,7 @@ def test_report_of_finished_parts_before_evaluation(workflow: Workflow, tmp_path
 
     if CHROMIUM is None:
         pytest.skip("chromium is not installed (apt-get install chromium): report written, not rendered")
-    page = open_result(report, "Other", "part1.metrics.html", tmp_path / "report-part1.html",
-                       category="BARC inference")
+    page = open_result(report, "Other", "part1.metrics.html", tmp_path / "report-part1.html", category="BARC inference")
     png = tmp_path / "report-part1.metrics.png"
     screenshot(page.as_uri(), png, tmp_path / "chromium-profile")
     assert_not_blank(png)

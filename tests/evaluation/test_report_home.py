@@ -18,15 +18,24 @@ def test_home_page_names_preset_model_adapter_dates_code_and_machine(tmp_path: P
     config = yaml.safe_load((REPO / "config" / "barc-multiturn.yaml").read_text())
     config["results_dir"] = "results"
     (tmp_path / "results" / "model" / "base").mkdir(parents=True)
-    (tmp_path / "results" / "model" / "base" / "model.json").write_text(json.dumps(
-        {"source": "hub", "name": "barc0/Llama-3.1-ARC-Potpourri-Induction-8B", "commit": "0123456789abcdef0123"}))
+    (tmp_path / "results" / "model" / "base" / "model.json").write_text(
+        json.dumps(
+            {"source": "hub", "name": "barc0/Llama-3.1-ARC-Potpourri-Induction-8B", "commit": "0123456789abcdef0123"}
+        )
+    )
     (tmp_path / "results" / "train" / "adapter").mkdir(parents=True)
-    (tmp_path / "results" / "train" / "adapter" / "training_summary.json").write_text(json.dumps(
-        {"global_step": 1200, "resumed_from": "/x/checkpoints/checkpoint-1000", "stopped_by_guard": False}))
+    (tmp_path / "results" / "train" / "adapter" / "training_summary.json").write_text(
+        json.dumps({"global_step": 1200, "resumed_from": "/x/checkpoints/checkpoint-1000", "stopped_by_guard": False})
+    )
     text = render_home(config, REPO, ["config/barc-multiturn.yaml"])
-    for expected in ("barc-multiturn.yaml", "barc0/Llama-3.1-ARC-Potpourri-Induction-8B @ 0123456789ab",
-                     "trained 1200 steps, resumed from checkpoint-1000", "outputs written 20", "commit ",
-                     "(the one building this report)"):
+    for expected in (
+        "barc-multiturn.yaml",
+        "barc0/Llama-3.1-ARC-Potpourri-Induction-8B @ 0123456789ab",
+        "trained 1200 steps, resumed from checkpoint-1000",
+        "outputs written 20",
+        "commit ",
+        "(the one building this report)",
+    ):
         assert expected in text, expected
     html = publish_parts(text, writer="html", settings_overrides={"report_level": 2, "halt_level": 2})
     assert "<table" in html["body"]

@@ -12,11 +12,11 @@ from arc_pipeline.evaluation.runs import (
     build_runs,
     first_half,
     first_half_ids,
-    with_dropped_prompts,
     results_table,
     run_task_metrics,
     samples_per_round,
     seeds_table,
+    with_dropped_prompts,
 )
 from arc_pipeline.scoring.tables import to_markdown
 from tests.evaluation import evaluation_helpers as data
@@ -26,8 +26,10 @@ TEST_KNOWN = {"A": True, "B": True}
 
 def make_runs():
     return build_runs(
-        data.baseline_predictions(), data.baseline_executions(),
-        {"base": data.base_executions(), "rl": data.rl_executions()}, data.N_EVAL // 2,
+        data.baseline_predictions(),
+        data.baseline_executions(),
+        {"base": data.base_executions(), "rl": data.rl_executions()},
+        data.N_EVAL // 2,
         {"base": data.refinement_predictions(), "rl": data.refinement_predictions()},
     )
 
@@ -37,10 +39,20 @@ def test_first_half_is_the_rounds_sampled_first():
     assert samples_per_round(predictions) == 2
     # position = round * 2 + sample_index < 2: round 0 only
     assert sorted(first_half_ids(predictions, 2)["prediction_id"].to_list()) == [
-        "A/t1/r0/s0", "A/t1/r0/s1", "B/t1/r0/s0", "B/t1/r0/s1"]
+        "A/t1/r0/s0",
+        "A/t1/r0/s1",
+        "B/t1/r0/s0",
+        "B/t1/r0/s1",
+    ]
     # an odd budget cuts inside a round: position 2 is round 1, sample 0
     assert sorted(first_half_ids(predictions, 3)["prediction_id"].to_list()) == [
-        "A/t1/r0/s0", "A/t1/r0/s1", "A/t1/r1/s0", "B/t1/r0/s0", "B/t1/r0/s1", "B/t1/r1/s0"]
+        "A/t1/r0/s0",
+        "A/t1/r0/s1",
+        "A/t1/r1/s0",
+        "B/t1/r0/s0",
+        "B/t1/r0/s1",
+        "B/t1/r1/s0",
+    ]
     half = first_half(data.baseline_executions(), predictions, 2)
     assert half["prediction_id"].to_list() == ["A/t1/r0/s0", "A/t1/r0/s1", "B/t1/r0/s0", "B/t1/r0/s1"]
     with pytest.raises(ValueError, match="at least one"):
@@ -58,9 +70,10 @@ def test_runs_combine_first_half_and_refinements():
 
 def test_refinements_of_second_half_predictions_are_refused():
     stray = data.refinement_predictions().with_columns(pl.lit("A/t1/r1/s0").alias("parent_prediction_id"))
-    with pytest.raises(ValueError, match="outside the first half.*A/t1/r1/s0"):
-        build_runs(data.baseline_predictions(), data.baseline_executions(), {"rl": data.rl_executions()}, 2,
-                   {"rl": stray})
+    with pytest.raises(ValueError, match=r"outside the first half.*A/t1/r1/s0"):
+        build_runs(
+            data.baseline_predictions(), data.baseline_executions(), {"rl": data.rl_executions()}, 2, {"rl": stray}
+        )
 
 
 def test_results_table_numbers_by_hand():
@@ -104,10 +117,12 @@ def test_seeds_format():
     runs = make_runs()
     markdown = to_markdown(seeds_table(results_table(runs, run_task_metrics(runs, TEST_KNOWN))))
     lines = markdown.splitlines()
-    assert lines[0] == ("| initial | refinement | model | valid code | valid outputs | unique outputs | "
-                        "train_pixel_score | train_correct_grids | train_pass_rate | train_is_correct | "
-                        "test_pixel_score | test_correct_grids | test_pass_rate | test_is_correct | is_correct | "
-                        "solved |")
+    assert lines[0] == (
+        "| initial | refinement | model | valid code | valid outputs | unique outputs | "
+        "train_pixel_score | train_correct_grids | train_pass_rate | train_is_correct | "
+        "test_pixel_score | test_correct_grids | test_pass_rate | test_is_correct | is_correct | "
+        "solved |"
+    )
     assert lines[2].startswith("| 4 | 0 | base | 87.5% | 62.5% | 50.0% |")
     assert lines[4].startswith("| 2 | 4 | RL-refiner | 100.0% | 58.3% | 41.7% | 37.5% |")
     assert lines[4].endswith("| 100.0% | 100.0% |")
@@ -119,8 +134,10 @@ def test_published_comparison_keeps_both_sources():
     results = with_dropped_prompts(results_table(runs, run_task_metrics(runs, TEST_KNOWN)), 3)
     markdown = to_markdown(comparison_table(results, "strict")).splitlines()
     assert markdown[0].startswith("| source | execution rules | initial | refinement | model | valid code |")
-    assert markdown[2] == ("| published | published | 128 | 0 | base | 99.9% | 71.7% | 49.8% | 42.1% | 2.4% | 1.6% "
-                           "| 16.3% | 40.9% | 2.0% | 2.0% | 23.0% | 16.3% | - | - |")
+    assert markdown[2] == (
+        "| published | published | 128 | 0 | base | 99.9% | 71.7% | 49.8% | 42.1% | 2.4% | 1.6% "
+        "| 16.3% | 40.9% | 2.0% | 2.0% | 23.0% | 16.3% | - | - |"
+    )
     assert markdown[4].startswith("| published | published | 64 | 64 | RL-refiner | 93.7% |")
     assert markdown[4].endswith("| - | 0 |")  # solved not reported; no refinement prompt dropped
     assert markdown[5].startswith("| this run | strict | 4 | 0 | base | 87.5% |") and markdown[5].endswith("| - |")

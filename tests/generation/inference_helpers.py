@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+
 from arc_pipeline.domain.tasks import Pair, Task
 from arc_pipeline.io import write_table
 from arc_pipeline.schemas import TASKS_SCHEMA

@@ -5,15 +5,12 @@ No engine: :func:`tokenize_rendered` is what ``Engine.tokenize`` sends to vLLM a
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
+from inference_helpers import build_untrained_tiny_model, small_tasks, write_tasks
 
 from arc_pipeline.domain.prompts import first_turn_messages, render_first_turn
 from arc_pipeline.generation.engine import EngineOptions, added_prompt_tokens, tokenize_rendered
 from arc_pipeline.models.folder import load_tokenizer
-
-from inference_helpers import build_untrained_tiny_model, small_tasks, write_tasks
 
 
 @pytest.fixture(scope="module")

@@ -18,18 +18,25 @@ import time
 from pathlib import Path
 
 import pytest
+from inference_helpers import build_untrained_tiny_model, small_tasks, write_tasks
 
 from arc_pipeline.generation.cpu_dtype import cpu_dtype, read_cpu_flags, torch_sees_native_bf16
 from arc_pipeline.generation.watchdog import StallWatchdog
 
-from inference_helpers import build_untrained_tiny_model, small_tasks, write_tasks
-
 REPO = Path(__file__).resolve().parents[2]
 AVX2_ONLY = REPO / "tests" / "fixtures" / "avx2_only"
 # What Snakemake exports for a job with 2 threads (one of the leads in the stall reports).
-SNAKEMAKE_THREAD_VARIABLES = {name: "2" for name in (
-    "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS",
-    "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS")}
+SNAKEMAKE_THREAD_VARIABLES = dict.fromkeys(
+    (
+        "OMP_NUM_THREADS",
+        "MKL_NUM_THREADS",
+        "OPENBLAS_NUM_THREADS",
+        "GOTO_NUM_THREADS",
+        "VECLIB_MAXIMUM_THREADS",
+        "NUMEXPR_NUM_THREADS",
+    ),
+    "2",
+)
 AVX2_FLAGS = "fpu sse sse2 ssse3 sse4_1 sse4_2 avx avx2 fma bmi2"
 
 
@@ -88,8 +95,12 @@ def test_watchdog_fires_once_with_the_stage_the_activity_and_the_remedy() -> Non
         watchdog.doing("generating 8 completions for 2 prompts with adapter a/b")
         watchdog.beat("3/8 completions done")
         time.sleep(1.0)
-    assert fired == ["inference: no progress for 0.3 s while generating 8 completions for 2 prompts with "
-                     "adapter a/b (3/8 completions done); the engine is stuck and was stopped. Use float32."]
+    assert fired == [
+        (
+            "inference: no progress for 0.3 s while generating 8 completions for 2 prompts with "
+            "adapter a/b (3/8 completions done); the engine is stuck and was stopped. Use float32."
+        )
+    ]
 
 
 def test_watchdog_stays_quiet_while_beats_arrive_and_after_stop() -> None:
@@ -142,10 +153,31 @@ def adapter_dir(workdir: Path, model_dir: Path) -> Path:
 
 
 def _inference(tasks: Path, model: Path, output: Path, adapter: Path | None = None, **config) -> list[str]:
-    settings = {"n_predictions": 8, "n": 8, "max_tokens": 48, "max_model_len": 4096, "kv_cache_memory_gib": 0.0625,
-                "enforce_eager": True, "seed": 3, "dtype": "bfloat16", **config}
-    command = [sys.executable, "-m", "arc_pipeline.cli", "inference", "--tasks", str(tasks), "--model", str(model),
-               "--output", str(output), "--config-json", json.dumps(settings)]
+    settings = {
+        "n_predictions": 8,
+        "n": 8,
+        "max_tokens": 48,
+        "max_model_len": 4096,
+        "kv_cache_memory_gib": 0.0625,
+        "enforce_eager": True,
+        "seed": 3,
+        "dtype": "bfloat16",
+        **config,
+    }
+    command = [
+        sys.executable,
+        "-m",
+        "arc_pipeline.cli",
+        "inference",
+        "--tasks",
+        str(tasks),
+        "--model",
+        str(model),
+        "--output",
+        str(output),
+        "--config-json",
+        json.dumps(settings),
+    ]
     return command + (["--adapter", str(adapter)] if adapter else [])
 
 
@@ -163,12 +195,18 @@ def _alive(pids: list[int]) -> list[int]:
 
 
 @pytest.mark.slow
-def test_lora_generation_on_an_avx2_only_cpu(workdir: Path, tasks_path: Path, model_dir: Path,
-                                             adapter_dir: Path) -> None:
+def test_lora_generation_on_an_avx2_only_cpu(
+    workdir: Path, tasks_path: Path, model_dir: Path, adapter_dir: Path
+) -> None:
     """The case that stalled: bf16 requested, LoRA, AVX2 kernels, Snakemake's thread variables."""
     output = workdir / "avx2" / "predictions.parquet"
-    env = dict(os.environ, **SNAKEMAKE_THREAD_VARIABLES, PYTHONPATH=str(AVX2_ONLY), ATEN_CPU_CAPABILITY="avx2",
-               ONEDNN_MAX_CPU_ISA="AVX2")
+    env = dict(
+        os.environ,
+        **SNAKEMAKE_THREAD_VARIABLES,
+        PYTHONPATH=str(AVX2_ONLY),
+        ATEN_CPU_CAPABILITY="avx2",
+        ONEDNN_MAX_CPU_ISA="AVX2",
+    )
     # 120 s without progress would mean the stall is back (a healthy run takes seconds after the start)
     command = _inference(tasks_path, model_dir, output, adapter_dir, stall_timeout_s=120)
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
@@ -209,8 +247,9 @@ def test_a_stalled_engine_fails_in_one_clear_line(workdir: Path, tasks_path: Pat
 
 @pytest.mark.slow
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
-def test_killing_a_stage_mid_generation_leaves_no_engine_process(workdir: Path, tasks_path: Path,
-                                                                 model_dir: Path, signum: int) -> None:
+def test_killing_a_stage_mid_generation_leaves_no_engine_process(
+    workdir: Path, tasks_path: Path, model_dir: Path, signum: int
+) -> None:
     output = workdir / f"killed-{signum}" / "predictions.parquet"
     # long completions (the untrained model rarely stops): generation lasts well past the signal
     command = _inference(tasks_path, model_dir, output, n_predictions=32, n=32, max_tokens=2000)

@@ -17,6 +17,7 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 import pytest
+from inference_helpers import build_untrained_tiny_model, huge_task, medium_task, small_tasks, write_tasks
 
 from arc_pipeline.domain.augmentation import Augmentation
 from arc_pipeline.domain.prompts import (
@@ -33,8 +34,6 @@ from arc_pipeline.models.folder import load_tokenizer
 from arc_pipeline.schemas import PREDICTIONS_SCHEMA, REFINEMENT_SCHEMA
 from arc_pipeline.stages.inference import predict
 from arc_pipeline.task_files import read_tasks as load_tasks
-
-from inference_helpers import build_untrained_tiny_model, huge_task, medium_task, small_tasks, write_tasks
 
 pytestmark = pytest.mark.slow
 
@@ -78,7 +77,7 @@ def first_turn(engine: Engine, model_dir: Path, tasks_path: Path):
 
 
 def test_first_turn_rows(first_turn, workdir: Path, model_dir: Path, tasks_path: Path) -> None:
-    requests, rows, skipped, sampling = first_turn
+    _requests, rows, skipped, _sampling = first_turn
     path = write_table(rows, workdir / "predictions.parquet", PREDICTIONS_SCHEMA)  # every column valid
     frame = read_frame(path, PREDICTIONS_SCHEMA)
     counts = dict(frame.group_by("task_id").len().iter_rows())
@@ -127,13 +126,20 @@ def test_refinement_rows(first_turn, engine: Engine, model_dir: Path, tasks_path
         prompt = render_refinement(
             tokenizer, refinement_messages(task, parent["test_index"], parent["text"], wrong_outputs)
         )
-        refinements.append({
-            **task.to_row(), **augmentation.to_row(),
-            "prediction_id": parent["prediction_id"], "test_index": parent["test_index"],
-            "previous_text": parent["text"], "previous_train_outputs": [g.tolist() for g in wrong_outputs],
-            "previous_train_correct_grids": 0.0, "previous_train_pixel_score": 0.0,
-            "prompt": prompt, "prompt_tokens": len(tokenizer(prompt, add_special_tokens=False)["input_ids"]),
-        })
+        refinements.append(
+            {
+                **task.to_row(),
+                **augmentation.to_row(),
+                "prediction_id": parent["prediction_id"],
+                "test_index": parent["test_index"],
+                "previous_text": parent["text"],
+                "previous_train_outputs": [g.tolist() for g in wrong_outputs],
+                "previous_train_correct_grids": 0.0,
+                "previous_train_pixel_score": 0.0,
+                "prompt": prompt,
+                "prompt_tokens": len(tokenizer(prompt, add_special_tokens=False)["input_ids"]),
+            }
+        )
     frame = pl.from_arrow(pa.Table.from_pylist(refinements, schema=REFINEMENT_SCHEMA))
     out, skipped = predict(engine, refinement_requests(frame), sampling, Provenance("tiny", "lora", sampling))
     assert not skipped and len(out) == 6 * sampling.n
@@ -145,20 +151,39 @@ def test_refinement_rows(first_turn, engine: Engine, model_dir: Path, tasks_path
         assert row["prompt_hash"] == prompt_hash(parent["prompt"])
         assert row["prompt_tokens"] == parent["prompt_tokens"]
         assert (row["hflip"], row["rot90_k"], list(row["color_map"])) == (
-            parent["hflip"], parent["rot90_k"], list(parent["color_map"]))
+            parent["hflip"],
+            parent["rot90_k"],
+            list(parent["color_map"]),
+        )
         assert row["train_order"] == list(range(len(parent["train_inputs"])))
         assert row["prediction_id"].startswith(f"{row['task_id']}/t2/r{row['round']}/s")
 
 
 def _cli(tasks_path: Path, model_dir: Path, output: Path) -> list[str]:
-    return [sys.executable, "-m", "arc_pipeline.cli", "inference", "--tasks", str(tasks_path), "--model",
-            str(model_dir), "--output", str(output), "--config-json", CLI_CONFIG]
+    return [
+        sys.executable,
+        "-m",
+        "arc_pipeline.cli",
+        "inference",
+        "--tasks",
+        str(tasks_path),
+        "--model",
+        str(model_dir),
+        "--output",
+        str(output),
+        "--config-json",
+        CLI_CONFIG,
+    ]
 
 
 def test_cli_killed_half_way_leaves_no_output(workdir: Path, tasks_path: Path, model_dir: Path) -> None:
     output = workdir / "killed" / "predictions.parquet"
-    process = subprocess.Popen(_cli(tasks_path, model_dir, output), start_new_session=True,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    process = subprocess.Popen(
+        _cli(tasks_path, model_dir, output),
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     time.sleep(8)  # past reading and rendering, into the engine start
     os.killpg(process.pid, signal.SIGKILL)
     process.wait()

@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pytest
+from inference_helpers import small_tasks
 
 from arc_pipeline.domain.augmentation import Augmentation
 from arc_pipeline.domain.grids import grid_to_text
@@ -26,14 +27,11 @@ from arc_pipeline.io import write_table
 from arc_pipeline.schemas import PREDICTIONS_SCHEMA
 from arc_pipeline.stages.inference import InferenceConfig
 
-from inference_helpers import small_tasks
-
 
 class ChatTokenizer:
     """A stand-in for the model's chat template: joins role-tagged contents (enough to check replay)."""
 
-    def apply_chat_template(self, messages, tokenize=False, continue_final_message=False,
-                            add_generation_prompt=False):
+    def apply_chat_template(self, messages, tokenize=False, continue_final_message=False, add_generation_prompt=False):
         assert not tokenize and continue_final_message and not add_generation_prompt
         return "".join(f"<{m['role']}>{m['content']}" for m in messages)
 
@@ -92,8 +90,9 @@ def test_first_turn_requests_replay() -> None:
 
 def _generations(requests, n, skipped=()):
     completions = [
-        [] if i in skipped else
-        [Completion(f"text {i}.{s}", 10 + s, "length" if s else "stop", 1000 * i + s) for s in range(n)]
+        []
+        if i in skipped
+        else [Completion(f"text {i}.{s}", 10 + s, "length" if s else "stop", 1000 * i + s) for s in range(n)]
         for i in range(len(requests))
     ]
     return Generations(completions, [100 + i for i in range(len(requests))], list(skipped))
@@ -103,8 +102,7 @@ def test_prediction_rows_fill_the_schema(tmp_path: Path) -> None:
     tasks = small_tasks(2)
     requests = first_turn_requests(tasks, ChatTokenizer(), seed=0, rounds=2)
     sampling = SamplingConfig(n=3, max_tokens=64)
-    rows = prediction_rows(requests, _generations(requests, 3, skipped={1}),
-                           Provenance("tiny", "adapters/a", sampling))
+    rows = prediction_rows(requests, _generations(requests, 3, skipped={1}), Provenance("tiny", "adapters/a", sampling))
     assert len(rows) == 3 * 3  # request 1 skipped
     write_table(rows, tmp_path / "p.parquet", PREDICTIONS_SCHEMA)  # validates every column
     frame = pl.read_parquet(tmp_path / "p.parquet")
@@ -123,8 +121,14 @@ def test_refinement_requests_count_rounds_per_task() -> None:
     aug = Augmentation.random(np.random.default_rng(0)).to_row()
     grid = [[1, 2], [3, 4]]
     rows = [
-        {"task_id": task_id, "prediction_id": f"{task_id}/t1/r0/s{k}", **aug, "train_inputs": [grid] * 3,
-         "test_index": 0, "prompt": f"prompt {task_id} {k}"}
+        {
+            "task_id": task_id,
+            "prediction_id": f"{task_id}/t1/r0/s{k}",
+            **aug,
+            "train_inputs": [grid] * 3,
+            "test_index": 0,
+            "prompt": f"prompt {task_id} {k}",
+        }
         for task_id, k in [("a", 0), ("b", 0), ("a", 1), ("a", 2)]
     ]
     requests = refinement_requests(pl.DataFrame(rows))

@@ -2,31 +2,31 @@
 
 from __future__ import annotations
 
+from itertools import pairwise
 from pathlib import Path
 
 import polars as pl
 import pytest
-
-from arc_pipeline.cli import main
-from arc_pipeline.io import InputFileError, read_frame
-from arc_pipeline.schemas import TASKS_SCHEMA
-from arc_pipeline.helper_commands.gather import gather
-from arc_pipeline.helper_commands.shard import shard_bounds
-
 from inference_helpers import small_tasks, write_tasks
 
+from arc_pipeline.cli import main
+from arc_pipeline.helper_commands.gather import gather
+from arc_pipeline.helper_commands.shard import shard_bounds
+from arc_pipeline.io import InputFileError, read_frame
+from arc_pipeline.schemas import TASKS_SCHEMA
 
-@pytest.mark.parametrize("n_rows,count", [(10, 3), (3, 5), (0, 2), (7, 1), (8, 8)])
+
+@pytest.mark.parametrize(("n_rows", "count"), [(10, 3), (3, 5), (0, 2), (7, 1), (8, 8)])
 def test_shard_bounds_partition_in_order(n_rows: int, count: int) -> None:
     bounds = [shard_bounds(n_rows, k, count) for k in range(count)]
     assert bounds[0][0] == 0 and bounds[-1][1] == n_rows
-    assert all(a[1] == b[0] for a, b in zip(bounds, bounds[1:]))
+    assert all(a[1] == b[0] for a, b in pairwise(bounds))
     sizes = [stop - start for start, stop in bounds]
     assert max(sizes) - min(sizes) <= 1
 
 
 def test_shard_bounds_reject_bad_index() -> None:
-    with pytest.raises(ValueError, match="0..2"):
+    with pytest.raises(ValueError, match=r"0\.\.2"):
         shard_bounds(5, 3, 3)
     with pytest.raises(ValueError, match="at least 1"):
         shard_bounds(5, 0, 0)
@@ -52,5 +52,5 @@ def test_gather_refuses_duplicates_and_wrong_schema(tmp_path: Path) -> None:
     with pytest.raises(InputFileError, match="missing columns"):
         gather([source], "predictions")
     pl.DataFrame({"x": [1]}).write_parquet(tmp_path / "bad.parquet")
-    with pytest.raises(InputFileError, match="bad.parquet"):
+    with pytest.raises(InputFileError, match=r"bad\.parquet"):
         gather([tmp_path / "bad.parquet"], "tasks")

@@ -7,13 +7,29 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 from arc_pipeline.runtime.common import (
-    blit, blit_object, blit_sprite, bounding_box, bounding_box_mask, check_between_objects,
-    collision, contact, crop, is_contiguous, object_boundary, object_colors, object_interior,
-    object_neighbors, object_position, scale_pattern, scale_sprite, translate,
+    blit,
+    blit_object,
+    blit_sprite,
+    bounding_box,
+    bounding_box_mask,
+    check_between_objects,
+    collision,
+    contact,
+    crop,
+    is_contiguous,
+    object_boundary,
+    object_colors,
+    object_interior,
+    object_neighbors,
+    object_position,
+    scale_pattern,
+    scale_sprite,
+    translate,
 )
 
 grids = st.tuples(st.integers(1, 8), st.integers(1, 8)).flatmap(
-    lambda shape: arrays(np.int64, shape, elements=st.integers(0, 3)))
+    lambda shape: arrays(np.int64, shape, elements=st.integers(0, 3))
+)
 
 
 def cells(mask) -> set:
@@ -21,6 +37,7 @@ def cells(mask) -> set:
 
 
 # -- bounding boxes and positions ---------------------------------------------------------------
+
 
 def test_empty_grid_box_crop_mask_position():
     g = np.zeros((5, 7), dtype=int)
@@ -78,7 +95,7 @@ def test_crop_is_a_view_keeping_inner_background():
 @settings(max_examples=60, deadline=None)
 @given(grids)
 def test_crop_matches_bounding_box_and_mask(g):
-    x, y, w, h = bounding_box(g)
+    _x, _y, w, h = bounding_box(g)
     c = crop(g)
     mask = bounding_box_mask(g)
     if not g.any():
@@ -93,13 +110,17 @@ def test_crop_matches_bounding_box_and_mask(g):
 
 # -- colours -----------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("values, expected", [
-    ([9, 1, 0], [9, 1]),
-    ([1, 9, 0], [1, 9]),
-    ([8, 3, 5, 0], [8, 3, 5]),
-    ([2, 7, 4, 1, 0], [1, 2, 4, 7]),
-    ([9, 8, 7, 6, 5, 4, 3, 2, 1, 0], [1, 2, 3, 4, 5, 6, 7, 8, 9]),
-])
+
+@pytest.mark.parametrize(
+    ("values", "expected"),
+    [
+        ([9, 1, 0], [9, 1]),
+        ([1, 9, 0], [1, 9]),
+        ([8, 3, 5, 0], [8, 3, 5]),
+        ([2, 7, 4, 1, 0], [1, 2, 4, 7]),
+        ([9, 8, 7, 6, 5, 4, 3, 2, 1, 0], [1, 2, 3, 4, 5, 6, 7, 8, 9]),
+    ],
+)
 def test_object_colors_set_order(values, expected):
     colours = object_colors(np.array([values]))
     assert colours == expected
@@ -138,8 +159,7 @@ def test_blit_clips_and_truncates():
 
 def test_blit_default_is_opaque_blit_sprite_transparent():
     assert blit(np.ones((3, 3), dtype=int), S).tolist() == [[5, 0, 1], [0, 5, 1], [1, 1, 1]]
-    assert blit_sprite(np.ones((3, 3), dtype=int), S, 0, 0).tolist() == \
-        [[5, 1, 1], [1, 5, 1], [1, 1, 1]]
+    assert blit_sprite(np.ones((3, 3), dtype=int), S, 0, 0).tolist() == [[5, 1, 1], [1, 5, 1], [1, 1, 1]]
     g = np.ones((3, 3), dtype=int)
     assert blit_sprite(g, S, x=1, y=1, background=5) is g
     assert g.tolist() == [[1, 1, 1], [1, 1, 0], [1, 0, 1]]
@@ -196,6 +216,7 @@ def test_scale_sprite_and_pattern(capsys):
 
 # -- collision / contact / between ---------------------------------------------------------------
 
+
 def test_collision_and_contact_vectors():
     a = np.zeros((3, 3), dtype=int)
     a[0, 0] = 1
@@ -229,13 +250,13 @@ def test_check_between_objects_vectors():
     o2[5:7, 1:6] = 1
     hits = {(x, y) for x in range(7) for y in range(7) if check_between_objects(o1, o2, x, y)}
     assert hits == {(x, y) for x in range(2, 5) for y in range(2, 5)}
-    hits = {(x, y) for x in range(7) for y in range(7)
-            if check_between_objects(o2, o1, x, y, padding=1)}
+    hits = {(x, y) for x in range(7) for y in range(7) if check_between_objects(o2, o1, x, y, padding=1)}
     assert hits == {(x, 3) for x in range(2, 5)}
     assert check_between_objects(o1, o2, 3, 3) is True
 
 
 # -- interior / boundary / neighbours ------------------------------------------------------------
+
 
 def ring_grid():
     g = np.zeros((7, 7), dtype=int)
@@ -279,8 +300,7 @@ def test_boundary_of_solid_blocks():
 
 def test_interior_with_nonzero_background():
     g = np.where(ring_grid() == 3, 3, 8)
-    assert cells(object_interior(g, background=8)) == {(x, y) for x in range(1, 6)
-                                                       for y in range(1, 6)}
+    assert cells(object_interior(g, background=8)) == {(x, y) for x in range(1, 6) for y in range(1, 6)}
 
 
 def test_is_contiguous():

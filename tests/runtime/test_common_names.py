@@ -11,17 +11,48 @@ import arc_pipeline.runtime.common as common
 from arc_pipeline.runtime.common import Color
 
 BARC_NAMES = {
-    "Color", "Symmetry", "TranslationalSymmetry", "MirrorSymmetry",
-    "flood_fill", "draw_line", "find_connected_components", "randomly_scatter_points",
-    "scale_pattern", "scale_sprite", "blit", "blit_object", "blit_sprite", "bounding_box",
-    "bounding_box_mask", "object_position", "object_colors", "crop", "translate", "collision",
-    "contact", "randomly_spaced_indices", "check_between_objects",
+    "Color",
+    "Symmetry",
+    "TranslationalSymmetry",
+    "MirrorSymmetry",
+    "flood_fill",
+    "draw_line",
+    "find_connected_components",
+    "randomly_scatter_points",
+    "scale_pattern",
+    "scale_sprite",
+    "blit",
+    "blit_object",
+    "blit_sprite",
+    "bounding_box",
+    "bounding_box_mask",
+    "object_position",
+    "object_colors",
+    "crop",
+    "translate",
+    "collision",
+    "contact",
+    "randomly_spaced_indices",
+    "check_between_objects",
     "random_free_location_for_sprite",
-    "random_free_location_for_object", "object_interior", "object_boundary", "object_neighbors",
-    "orbit", "detect_translational_symmetry", "detect_mirror_symmetry",
-    "detect_rotational_symmetry", "show_colored_grid", "visualize", "apply_symmetry",
-    "apply_diagonal_symmetry", "is_contiguous", "generate_sprite", "random_sprite",
-    "detect_objects", "np", "random",
+    "random_free_location_for_object",
+    "object_interior",
+    "object_boundary",
+    "object_neighbors",
+    "orbit",
+    "detect_translational_symmetry",
+    "detect_mirror_symmetry",
+    "detect_rotational_symmetry",
+    "show_colored_grid",
+    "visualize",
+    "apply_symmetry",
+    "apply_diagonal_symmetry",
+    "is_contiguous",
+    "generate_sprite",
+    "random_sprite",
+    "detect_objects",
+    "np",
+    "random",
 }
 EXT_NAMES = {"random_scatter_points", "generate_position_has_interval"}
 
@@ -55,8 +86,16 @@ def test_star_import_exports_exactly_the_spec_names_plus_ext():
 def test_no_all_and_private_helpers_hidden():
     assert not hasattr(common, "__all__")
     namespace = star_namespace()
-    for hidden in ("_score_symmetry", "RotationalSymmetry", "itertools", "math", "List", "Tuple",
-                   "annotations", "scipy"):
+    for hidden in (
+        "_score_symmetry",
+        "RotationalSymmetry",
+        "itertools",
+        "math",
+        "List",
+        "Tuple",
+        "annotations",
+        "scipy",
+    ):
         assert hidden not in namespace
 
 
@@ -67,8 +106,23 @@ def test_reexports_are_real_modules():
 
 
 def test_color_values():
-    expected = dict(BLACK=0, BLUE=1, RED=2, GREEN=3, YELLOW=4, GREY=5, GRAY=5, PINK=6, ORANGE=7,
-                    TEAL=8, MAROON=9, TRANSPARENT=0, BACKGROUND=0, PURPLE=8, BROWN=9)
+    expected = dict(
+        BLACK=0,
+        BLUE=1,
+        RED=2,
+        GREEN=3,
+        YELLOW=4,
+        GREY=5,
+        GRAY=5,
+        PINK=6,
+        ORANGE=7,
+        TEAL=8,
+        MAROON=9,
+        TRANSPARENT=0,
+        BACKGROUND=0,
+        PURPLE=8,
+        BROWN=9,
+    )
     for name, value in expected.items():
         assert getattr(Color, name) == value
         assert type(getattr(Color, name)) is int
@@ -106,21 +160,22 @@ def test_color_values_work_as_numpy_values():
 
 
 def test_import_is_light():
-    code = ("import sys, arc_pipeline.runtime.common; "
-            "bad = [m for m in ('scipy', 'matplotlib', 'typing_extensions', 'pandas', 'torch') "
-            "if m in sys.modules]; print(bad)")
+    code = (
+        "import sys, arc_pipeline.runtime.common; "
+        "bad = [m for m in ('scipy', 'matplotlib', 'typing_extensions', 'pandas', 'torch') "
+        "if m in sys.modules]; print(bad)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
 
 
 SIGNATURES = {
     "flood_fill": "(grid, x, y, color, connectivity=4)",
-    "draw_line": "(grid, x, y, end_x=None, end_y=None, length=None, direction=None, color=None, "
-                 "stop_at_color=[])",
+    "draw_line": "(grid, x, y, end_x=None, end_y=None, length=None, direction=None, color=None, stop_at_color=[])",
     "find_connected_components": "(grid, background=0, connectivity=4, monochromatic=True)",
     "detect_objects": "(grid, _=None, predicate=None, background=0, monochromatic=False, "
-                      "connectivity=None, allowed_dimensions=None, colors=None, "
-                      "can_overlap=False)",
+    "connectivity=None, allowed_dimensions=None, colors=None, "
+    "can_overlap=False)",
     "bounding_box": "(grid, background=0)",
     "bounding_box_mask": "(grid, background=0)",
     "crop": "(grid, background=0)",
@@ -133,8 +188,7 @@ SIGNATURES = {
     "scale_sprite": "(sprite, factor)",
     "scale_pattern": "(pattern, scale_factor)",
     "collision": "(_=None, object1=None, object2=None, x1=0, y1=0, x2=0, y2=0, background=0)",
-    "contact": "(_=None, object1=None, object2=None, x1=0, y1=0, x2=0, y2=0, background=0, "
-               "connectivity=4)",
+    "contact": "(_=None, object1=None, object2=None, x1=0, y1=0, x2=0, y2=0, background=0, connectivity=4)",
     "check_between_objects": "(obj1, obj2, x, y, padding=0, background=0)",
     "object_interior": "(grid, background=0)",
     "object_boundary": "(grid, background=0)",
@@ -144,14 +198,12 @@ SIGNATURES = {
     "detect_translational_symmetry": "(grid, ignore_colors=[0], background=None)",
     "detect_mirror_symmetry": "(grid, ignore_colors=[0], background=None)",
     "detect_rotational_symmetry": "(grid, ignore_colors=[0], background=None)",
-    "random_sprite": "(n, m, density=0.5, symmetry=None, color_palette=None, connectivity=4, "
-                     "background=0)",
+    "random_sprite": "(n, m, density=0.5, symmetry=None, color_palette=None, connectivity=4, background=0)",
     "generate_sprite": "(n, m, symmetry_type, fill_percentage=0.5, max_colors=9, "
-                       "color_palate=None, connectivity=4, background=0)",
+    "color_palate=None, connectivity=4, background=0)",
     "apply_symmetry": "(sprite, symmetry_type, background=0)",
     "apply_diagonal_symmetry": "(sprite, background=0)",
-    "random_free_location_for_sprite": "(grid, sprite, background=0, border_size=0, padding=0, "
-                                       "padding_connectivity=8)",
+    "random_free_location_for_sprite": "(grid, sprite, background=0, border_size=0, padding=0, padding_connectivity=8)",
     "random_free_location_for_object": "(*args, **kwargs)",
     "randomly_scatter_points": "(grid, color, density=0.5, background=0)",
     "randomly_spaced_indices": "(max_len, n_indices, border_size=1, padding=1)",

@@ -7,32 +7,42 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 from arc_pipeline.runtime.common import (
-    crop, detect_objects, draw_line, find_connected_components, flood_fill,
+    crop,
+    detect_objects,
+    draw_line,
+    find_connected_components,
+    flood_fill,
 )
 
 G4 = np.array([[0, 3, 0, 8], [3, 0, 0, 8], [0, 0, 5, 0], [8, 0, 0, 0]])
 
 
 def cell_lists(objects, background=0):
-    return [sorted((int(x), int(y)) for x, y in zip(*np.nonzero(o != background)))
-            for o in objects]
+    return [sorted((int(x), int(y)) for x, y in zip(*np.nonzero(o != background))) for o in objects]
 
 
 # -- find_connected_components -------------------------------------------------------------------
 
+
 def test_components_monochromatic_4():
-    assert cell_lists(find_connected_components(G4)) == \
-        [[(0, 3), (1, 3)], [(3, 0)], [(0, 1)], [(1, 0)], [(2, 2)]]
+    assert cell_lists(find_connected_components(G4)) == [[(0, 3), (1, 3)], [(3, 0)], [(0, 1)], [(1, 0)], [(2, 2)]]
 
 
 def test_components_monochromatic_8():
-    assert cell_lists(find_connected_components(G4, connectivity=8)) == \
-        [[(0, 3), (1, 3)], [(3, 0)], [(0, 1), (1, 0)], [(2, 2)]]
+    assert cell_lists(find_connected_components(G4, connectivity=8)) == [
+        [(0, 3), (1, 3)],
+        [(3, 0)],
+        [(0, 1), (1, 0)],
+        [(2, 2)],
+    ]
 
 
 def test_components_not_monochromatic_8():
-    assert cell_lists(find_connected_components(G4, connectivity=8, monochromatic=False)) == \
-        [[(0, 1), (1, 0)], [(0, 3), (1, 3), (2, 2)], [(3, 0)]]
+    assert cell_lists(find_connected_components(G4, connectivity=8, monochromatic=False)) == [
+        [(0, 1), (1, 0)],
+        [(0, 3), (1, 3), (2, 2)],
+        [(3, 0)],
+    ]
 
 
 def test_components_keep_values_and_background():
@@ -55,8 +65,7 @@ def test_components_of_an_int8_grid_and_a_boolean_mask():
     objects = find_connected_components(G4.astype(np.int8))
     assert cell_lists(objects) == cell_lists(find_connected_components(G4))
     mask = G4 > 0
-    assert len(find_connected_components(mask, background=False, connectivity=8,
-                                         monochromatic=False)) == 3
+    assert len(find_connected_components(mask, background=False, connectivity=8, monochromatic=False)) == 3
 
 
 def _reference_components(grid, connectivity, monochromatic):
@@ -88,16 +97,18 @@ def _reference_components(grid, connectivity, monochromatic):
 
 
 @settings(max_examples=60, deadline=None)
-@given(arrays(np.int64, st.tuples(st.integers(1, 7), st.integers(1, 7)),
-              elements=st.integers(0, 9)),
-       st.sampled_from([4, 8]), st.booleans())
+@given(
+    arrays(np.int64, st.tuples(st.integers(1, 7), st.integers(1, 7)), elements=st.integers(0, 9)),
+    st.sampled_from([4, 8]),
+    st.booleans(),
+)
 def test_components_match_reference(grid, connectivity, monochromatic):
-    got = cell_lists(find_connected_components(grid, connectivity=connectivity,
-                                               monochromatic=monochromatic))
+    got = cell_lists(find_connected_components(grid, connectivity=connectivity, monochromatic=monochromatic))
     assert got == _reference_components(grid, connectivity, monochromatic)
 
 
 # -- detect_objects ------------------------------------------------------------------------------
+
 
 def test_detect_objects_sorts_largest_box_first():
     objects = detect_objects(G4, connectivity=4, monochromatic=True)
@@ -130,8 +141,10 @@ def test_detect_objects_colors_and_predicate():
         seen.append(sprite.shape)
         return sprite.shape[1] >= 3
 
-    assert cell_lists(detect_objects(g, predicate=wide, connectivity=4)) == \
-        [[(0, 0), (0, 1), (0, 2)], [(2, 2), (2, 3), (2, 4)]]
+    assert cell_lists(detect_objects(g, predicate=wide, connectivity=4)) == [
+        [(0, 0), (0, 1), (0, 2)],
+        [(2, 2), (2, 3), (2, 4)],
+    ]
     assert (1, 3) in seen  # the predicate sees the cropped sprite
 
 
@@ -154,8 +167,9 @@ def test_detect_objects_window_predicate_sees_raw_window():
     grid = np.zeros((4, 4), dtype=int)
     grid[0, 0] = 1
     shapes = []
-    detect_objects(grid, allowed_dimensions=[(2, 3)], can_overlap=True,
-                   predicate=lambda w: shapes.append(w.shape) or True)
+    detect_objects(
+        grid, allowed_dimensions=[(2, 3)], can_overlap=True, predicate=lambda w: shapes.append(w.shape) or True
+    )
     assert set(shapes) == {(2, 3)}
 
 
@@ -175,6 +189,7 @@ def test_detect_objects_overlap_resolution_prefers_coverage():
 
 
 # -- flood_fill --------------------------------------------------------------------------------
+
 
 def test_flood_fill_basic_and_returns_none():
     g = np.array([[1, 1, 0], [0, 1, 0], [1, 0, 1]])
@@ -214,6 +229,7 @@ def test_flood_fill_negative_start_wraps():
 
 
 # -- draw_line ---------------------------------------------------------------------------------
+
 
 def test_draw_line_to_end_point_off_axis():
     g = np.zeros((6, 6), dtype=int)

@@ -6,10 +6,19 @@ import numpy as np
 import pytest
 
 from arc_pipeline.runtime.common import (
-    apply_diagonal_symmetry, apply_symmetry, generate_position_has_interval, generate_sprite,
-    is_contiguous, random_free_location_for_object, random_free_location_for_sprite,
-    random_scatter_points, random_sprite, randomly_scatter_points, randomly_spaced_indices,
-    show_colored_grid, visualize,
+    apply_diagonal_symmetry,
+    apply_symmetry,
+    generate_position_has_interval,
+    generate_sprite,
+    is_contiguous,
+    random_free_location_for_object,
+    random_free_location_for_sprite,
+    random_scatter_points,
+    random_sprite,
+    randomly_scatter_points,
+    randomly_spaced_indices,
+    show_colored_grid,
+    visualize,
 )
 
 
@@ -28,6 +37,7 @@ def draws(fn, count=400, seed=0):
 
 
 # -- randomly_spaced_indices ---------------------------------------------------------------------
+
 
 def test_spaced_indices_ranges():
     values = np.concatenate(draws(lambda: randomly_spaced_indices(10, 2)))
@@ -59,6 +69,7 @@ def test_spaced_indices_use_python_rng():
 
 # -- random_free_location_for_sprite --------------------------------------------------------------
 
+
 def free_locations(**kwargs):
     grid = np.zeros((6, 6), dtype=int)
     grid[2, 2] = 1
@@ -73,23 +84,35 @@ def test_free_locations_plain():
 
 
 def test_free_locations_padding_and_border():
-    assert free_locations(padding=1) == {(0, 4), (1, 4), (2, 4), (3, 4), (4, 0), (4, 1), (4, 2),
-                                         (4, 3), (4, 4)}
+    assert free_locations(padding=1) == {(0, 4), (1, 4), (2, 4), (3, 4), (4, 0), (4, 1), (4, 2), (4, 3), (4, 4)}
     assert free_locations(padding=1, padding_connectivity=4) == {
-        (0, 4), (1, 4), (2, 4), (3, 4), (4, 0), (4, 1), (4, 2), (4, 3), (4, 4),
-        (0, 0), (0, 3), (3, 0), (3, 3)}
+        (0, 4),
+        (1, 4),
+        (2, 4),
+        (3, 4),
+        (4, 0),
+        (4, 1),
+        (4, 2),
+        (4, 3),
+        (4, 4),
+        (0, 0),
+        (0, 3),
+        (3, 0),
+        (3, 3),
+    }
     assert free_locations(border_size=1) == {(1, 3), (2, 3), (3, 1), (3, 2), (3, 3)}
     assert len(free_locations(padding=0, padding_connectivity=5)) == 21
 
 
 def test_free_location_errors_and_alias():
-    with pytest.raises(ValueError, match="No free location for sprite found."):
+    with pytest.raises(ValueError, match=r"No free location for sprite found\."):
         random_free_location_for_sprite(np.ones((3, 3), dtype=int), np.ones((1, 1), dtype=int))
     with pytest.raises(ValueError):
         random_free_location_for_sprite(np.zeros((2, 2), dtype=int), np.ones((3, 1), dtype=int))
     with pytest.raises(ValueError):
-        random_free_location_for_sprite(np.zeros((4, 4), dtype=int), np.ones((1, 1), dtype=int),
-                                        padding=1, padding_connectivity=5)
+        random_free_location_for_sprite(
+            np.zeros((4, 4), dtype=int), np.ones((1, 1), dtype=int), padding=1, padding_connectivity=5
+        )
     grid = np.zeros((3, 3), dtype=int)
     grid[1:, :] = 4
     assert random_free_location_for_object(grid, np.ones((1, 3), dtype=int)) == (0, 0)
@@ -103,6 +126,7 @@ def test_free_location_sprite_with_holes_interleaves():
 
 
 # -- randomly_scatter_points ----------------------------------------------------------------------
+
 
 def test_scatter_points_counts_and_numpy_rng():
     np.random.seed(1)
@@ -136,15 +160,24 @@ def test_generate_position_has_interval():
 
 # -- random_sprite / generate_sprite --------------------------------------------------------------
 
+
 def touches_all_sides(sprite):
     occ = sprite != 0
     return occ[0].any() and occ[-1].any() and occ[:, 0].any() and occ[:, -1].any()
 
 
-@pytest.mark.parametrize("symmetry, size", [
-    ("not_symmetric", (5, 4)), ("horizontal", (5, 6)), ("vertical", (4, 5)), ("mirror", (5, 6)),
-    ("diagonal", (5, 5)), ("radial", (6, 6)), (None, (5, 5)),
-])
+@pytest.mark.parametrize(
+    ("symmetry", "size"),
+    [
+        ("not_symmetric", (5, 4)),
+        ("horizontal", (5, 6)),
+        ("vertical", (4, 5)),
+        ("mirror", (5, 6)),
+        ("diagonal", (5, 5)),
+        ("radial", (6, 6)),
+        (None, (5, 5)),
+    ],
+)
 def test_random_sprite_properties(symmetry, size):
     random.seed(7)
     produced = 0
@@ -172,9 +205,9 @@ def test_random_sprite_properties(symmetry, size):
 def test_random_sprite_sizes_palette_and_errors():
     random.seed(11)
     for _ in range(10):
-        sprite = random_sprite(range(3, 6), [4, 5], color_palette=[Color_GREEN := 3])
+        sprite = random_sprite(range(3, 6), [4, 5], color_palette=[green := 3])
         assert sprite.shape[0] in (3, 4, 5) and sprite.shape[1] in (4, 5)
-        assert set(np.unique(sprite)) <= {0, Color_GREEN}
+        assert set(np.unique(sprite)) <= {0, green}
     sprite = random_sprite(1, 4)
     assert (sprite != 0).all()
     with pytest.raises(RecursionError):
@@ -183,7 +216,7 @@ def test_random_sprite_sizes_palette_and_errors():
         random_sprite(3, 4, symmetry="radial")
     with pytest.raises(ValueError):
         random_sprite(4, 4, symmetry="spiral")
-    with pytest.raises(Exception):
+    with pytest.raises(TypeError):
         random_sprite((3, 4), 4)
 
 
@@ -216,12 +249,12 @@ def test_apply_symmetry_vectors():
 
 # -- display helpers ------------------------------------------------------------------------------
 
+
 def test_show_colored_grid_text(capsys):
     show_colored_grid(np.array([[1, 2], [0, 9]]))
     lines = capsys.readouterr().out.splitlines()
     # one line per y; within a line increasing x
-    assert lines == ["\033[38;5;4m1\033[0m\033[38;5;0m0\033[0m",
-                     "\033[38;5;1m2\033[0m\033[38;5;196m9\033[0m"]
+    assert lines == ["\033[38;5;4m1\033[0m\033[38;5;0m0\033[0m", "\033[38;5;1m2\033[0m\033[38;5;196m9\033[0m"]
     with pytest.raises(RuntimeError):
         show_colored_grid(np.zeros((2, 2), dtype=int), text=False)
 

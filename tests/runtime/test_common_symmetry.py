@@ -8,8 +8,13 @@ from hypothesis.extra.numpy import arrays
 
 import arc_pipeline.runtime.common as common
 from arc_pipeline.runtime.common import (
-    MirrorSymmetry, Symmetry, TranslationalSymmetry, detect_mirror_symmetry,
-    detect_rotational_symmetry, detect_translational_symmetry, orbit,
+    MirrorSymmetry,
+    Symmetry,
+    TranslationalSymmetry,
+    detect_mirror_symmetry,
+    detect_rotational_symmetry,
+    detect_translational_symmetry,
+    orbit,
 )
 
 
@@ -77,7 +82,7 @@ def test_mirror_apply():
     assert MirrorSymmetry(None, None).apply(1.0, 2) == (1, 2)
     assert type(MirrorSymmetry(None, None).apply(1.0, 2, iters=2)[0]) is float
     assert MirrorSymmetry(1, 1).apply(0, 0) == (2, 2)
-    xs, ys = MirrorSymmetry(0.5, None).apply(np.array([0, 1]), np.array([0, 0]))
+    xs, _ys = MirrorSymmetry(0.5, None).apply(np.array([0, 1]), np.array([0, 0]))
     assert xs.tolist() == [1, 0] and np.issubdtype(xs.dtype, np.integer)
 
 
@@ -148,6 +153,7 @@ def test_detectors_honour_ignore_colors_and_background():
 
 # -- the detectors score candidates in bulk; check them against the one-by-one rule of docs/runtime.md 4.6 -------
 
+
 def _reference_translational(grid, ignore, background):
     n, m = grid.shape
 
@@ -160,10 +166,8 @@ def _reference_translational(grid, ignore, background):
                 out.append((score, t))
         return out
 
-    xs = kept([TranslationalSymmetry(k, 0) for k in range(1, n)]
-              + [TranslationalSymmetry(-k, 0) for k in range(1, n)])
-    ys = kept([TranslationalSymmetry(0, k) for k in range(1, m)]
-              + [TranslationalSymmetry(0, -k) for k in range(1, m)])
+    xs = kept([TranslationalSymmetry(k, 0) for k in range(1, n)] + [TranslationalSymmetry(-k, 0) for k in range(1, n)])
+    ys = kept([TranslationalSymmetry(0, k) for k in range(1, m)] + [TranslationalSymmetry(0, -k) for k in range(1, m)])
     result = []
     if xs:
         result.append(max(xs, key=lambda sc: (sc[0], -sc[1].translate_x))[1])
@@ -181,8 +185,7 @@ def _reference_mirror(grid, ignore, background):
     n, m = grid.shape
     cands = [MirrorSymmetry(xc + z, None) for xc in range(n) for z in (0, 0.5)]
     cands += [MirrorSymmetry(None, yc + z) for yc in range(m) for z in (0, 0.5)]
-    cands += [MirrorSymmetry(xc + z, yc + z) for xc in range(n) for yc in range(m)
-              for z in (0, 0.5)]
+    cands += [MirrorSymmetry(xc + z, yc + z) for xc in range(n) for yc in range(m) for z in (0, 0.5)]
     best_score, best = 0, []
     for cand in cands:
         p, o, c = common._score_symmetry(grid, cand, ignore, background)
@@ -229,9 +232,11 @@ def _symmetric_grids():
             return np.concatenate([top, np.rot90(top, 2)], axis=0)
         return base
 
-    return st.builds(build, arrays(np.int64, st.tuples(st.integers(1, 4), st.integers(1, 4)),
-                                   elements=st.sampled_from([0, 0, 1, 2, 5])),
-                     st.sampled_from(["none", "mirror_x", "mirror_y", "tile", "rot"]))
+    return st.builds(
+        build,
+        arrays(np.int64, st.tuples(st.integers(1, 4), st.integers(1, 4)), elements=st.sampled_from([0, 0, 1, 2, 5])),
+        st.sampled_from(["none", "mirror_x", "mirror_y", "tile", "rot"]),
+    )
 
 
 @settings(max_examples=40, deadline=None)

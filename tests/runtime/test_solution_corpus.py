@@ -48,7 +48,9 @@ for path in sys.argv[1:]:
 def results() -> dict:
     completed = subprocess.run(
         [sys.executable, "-c", RUNNER, *map(str, FIXTURES)],
-        capture_output=True, text=True, timeout=300,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert completed.returncode == 0, completed.stderr[-4000:]
     reports = {}

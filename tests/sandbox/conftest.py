@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from sandbox_helpers import HOSTILE_CONFIG
 
 from arc_pipeline.sandbox import Sandbox, SandboxConfig
-from sandbox_helpers import HOSTILE_CONFIG
 
 
 @pytest.fixture(scope="module")

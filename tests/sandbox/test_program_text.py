@@ -6,10 +6,10 @@ import struct
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from arc_pipeline.sandbox import extract_code, prepare_code
-from arc_pipeline.sandbox import SandboxConfig
+from arc_pipeline.sandbox import SandboxConfig, extract_code, prepare_code
 from arc_pipeline.sandbox.protocol import (
     ProtocolError,
     decode_job,

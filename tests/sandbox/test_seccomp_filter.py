@@ -73,7 +73,7 @@ def test_rule_tables_do_not_overlap():
 def test_every_system_call_gets_the_tabled_decision(args):
     prog = seccomp.build_filter(PID)
     assert len(prog) < 4096
-    for nr in range(0, 520):
+    for nr in range(520):
         assert run_bpf(prog, nr, args) == expected(nr, args), (nr, args)
 
 

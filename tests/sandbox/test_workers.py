@@ -9,15 +9,21 @@ import time
 
 import numpy as np
 import pytest
-
-from arc_pipeline.sandbox import Sandbox, SandboxConfig, worker as worker_module
 from sandbox_helpers import GRID, assert_healthy, ok_outputs
+
+from arc_pipeline.sandbox import Sandbox, SandboxConfig
+from arc_pipeline.sandbox import worker as worker_module
 
 MIXED_BATCH = [
     ("def transform(g):\n    return g[::-1]", [GRID, np.array([[1, 2]])]),
     ("import random\ndef transform(g):\n    return np.array([[random.randint(0, 9) for _ in range(5)]])", [GRID]),
-    ("def transform(g):\n    s = {'alpha', 'beta', 'gamma', 'delta', 'eps', 'zeta'}\n"
-     "    return np.array([[len(w) for w in s]])", [GRID]),
+    (
+        (
+            "def transform(g):\n    s = {'alpha', 'beta', 'gamma', 'delta', 'eps', 'zeta'}\n"
+            "    return np.array([[len(w) for w in s]])"
+        ),
+        [GRID],
+    ),
     ("def transform(g):\n    return np.random.permutation(10).reshape(2, 5)", [GRID]),
     ("def transform(g):\n    raise KeyError('k')", [GRID]),
     ("syntax error here", [GRID]),
@@ -39,7 +45,15 @@ def test_identical_results_with_one_and_two_workers():
         second = two.run_many(iter(MIXED_BATCH), progress=True)
     assert _summary(first) == _summary(second)
     assert [r.error_type for r in first[:9]] == [
-        None, None, None, None, "KeyError", "SyntaxError", "TimeoutException", "UnsafeCode", None,
+        None,
+        None,
+        None,
+        None,
+        "KeyError",
+        "SyntaxError",
+        "TimeoutException",
+        "UnsafeCode",
+        None,
     ]
 
 

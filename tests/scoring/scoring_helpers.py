@@ -15,14 +15,28 @@ G1 = [[1, 2], [3, 4]]
 G2 = [[5]]
 
 
-def row(prediction_id, task_id, *, has_code=True, error=None, fp=None, train=None, test=None,
-        train_outputs=None, test_outputs=None, message=None):
+def row(
+    prediction_id,
+    task_id,
+    *,
+    has_code=True,
+    error=None,
+    fp=None,
+    train=None,
+    test=None,
+    train_outputs=None,
+    test_outputs=None,
+    message=None,
+):
     """train/test: (pixel_score, correct_grids, is_correct) or None."""
     valid = error is None
     train = train if valid else None
     test = test if valid else None
     return {
-        "prediction_id": prediction_id, "task_id": task_id, "turn": 1, "has_code": has_code,
+        "prediction_id": prediction_id,
+        "task_id": task_id,
+        "turn": 1,
+        "has_code": has_code,
         "error_type": error,
         "error_message": message if message is not None else (None if valid else f"{error} happened"),
         "train_outputs": (train_outputs or [G1]) if valid else None,
@@ -48,8 +62,12 @@ def fixture_executions() -> pl.DataFrame:
         row("B/1", "B", fp="g1", train=(0.5, 0.0, False), test=(1.0, 1.0, True)),
         row("B/2", "B", fp="g2", train=(1.0, 1.0, True), test=(0.2, 0.0, False)),
         row("C/1", "C", fp="h1", train=(0.5, 0.5, False), test=None),
-        row("C/2", "C", error="ZeroDivisionError",
-            message="Traceback (most recent call last):\n  File x\nZeroDivisionError: division by zero\n"),
+        row(
+            "C/2",
+            "C",
+            error="ZeroDivisionError",
+            message="Traceback (most recent call last):\n  File x\nZeroDivisionError: division by zero\n",
+        ),
     ]
     return executions_frame(rows)
 

@@ -6,6 +6,7 @@ pivot: existing column names, an empty string, a very long string, non-ASCII tex
 
 import polars as pl
 import pytest
+from scoring_helpers import row
 
 from arc_pipeline.evaluation.analysis import errors_wide, runs_errors
 from arc_pipeline.evaluation.runs import Run
@@ -20,10 +21,22 @@ from arc_pipeline.schemas import (
     errors_schema,
 )
 from arc_pipeline.scoring.tables import common_errors, error_table, errors_markdown
-from scoring_helpers import row
 
-HOSTILE_NAMES = ["task_id", "n_preds", "MEAN", "run", "model", "share", "", "x" * 10_000,
-                 "Fehler_ÄÖÜ_ß", "错误", "a|b\nc", "other", "error_type"]
+HOSTILE_NAMES = [
+    "task_id",
+    "n_preds",
+    "MEAN",
+    "run",
+    "model",
+    "share",
+    "",
+    "x" * 10_000,
+    "Fehler_ÄÖÜ_ß",
+    "错误",
+    "a|b\nc",
+    "other",
+    "error_type",
+]
 
 
 def _executions(names):
@@ -37,9 +50,16 @@ def _executions(names):
 def test_vocabulary_is_closed_and_covers_the_sandbox_names():
     assert len(set(ERROR_TYPE_COLUMNS)) == len(ERROR_TYPE_COLUMNS)
     assert not set(ERROR_TYPE_COLUMNS) & {"task_id", "n_preds", "run", "model", "share", "error_type"}
-    for name in (sandbox_types.TIMEOUT, sandbox_types.MEMORY, sandbox_types.UNSAFE, sandbox_types.NON_DETERMINISTIC,
-                 sandbox_types.MISSING_TRANSFORM, sandbox_types.INVALID_OUTPUT, sandbox_types.WORKER_CRASHED,
-                 sandbox_types.PARSING_CODE_FAILED):
+    for name in (
+        sandbox_types.TIMEOUT,
+        sandbox_types.MEMORY,
+        sandbox_types.UNSAFE,
+        sandbox_types.NON_DETERMINISTIC,
+        sandbox_types.MISSING_TRANSFORM,
+        sandbox_types.INVALID_OUTPUT,
+        sandbox_types.WORKER_CRASHED,
+        sandbox_types.PARSING_CODE_FAILED,
+    ):
         assert name in KNOWN_ERROR_TYPES
     with pytest.raises(ValueError, match="ERROR_TYPE_COLUMNS"):
         errors_schema(["task_id"])
@@ -51,7 +71,7 @@ def test_hostile_error_name_is_counted_as_other(name, tmp_path):
     table = error_table(executions)
     assert table.columns[:2] == ["task_id", "n_preds"]
     assert set(table.columns[2:]) <= set(ERROR_TYPE_COLUMNS)
-    assert table.columns[2:2 + len(ALWAYS_ERROR_TYPES)] == list(ALWAYS_ERROR_TYPES)
+    assert table.columns[2 : 2 + len(ALWAYS_ERROR_TYPES)] == list(ALWAYS_ERROR_TYPES)
     mean = table.filter(pl.col("task_id") == "MEAN").row(0, named=True)
     assert mean["n_preds"] == pytest.approx(5 / 3)
     expected_other = pytest.approx((1 / 2 + 1 / 2 + 0) / 3)  # t0: p0 + ok1, t1: p1 + zd, t2: ValueError
@@ -67,8 +87,10 @@ def test_hostile_error_name_is_counted_as_other(name, tmp_path):
 
 
 def test_runs_errors_and_wide_table_with_hostile_names():
-    runs = [Run("r1", "base", 8, 0, _executions(HOSTILE_NAMES)),
-            Run("r2", "RL", 8, 0, _executions(["IndexError", "task_id"]))]
+    runs = [
+        Run("r1", "base", 8, 0, _executions(HOSTILE_NAMES)),
+        Run("r2", "RL", 8, 0, _executions(["IndexError", "task_id"])),
+    ]
     errors = runs_errors(runs)
     assert set(errors["error_type"].to_list()) <= set(ERROR_TYPE_COLUMNS)
     wide = errors_wide(errors)
@@ -76,8 +98,14 @@ def test_runs_errors_and_wide_table_with_hostile_names():
     assert set(wide.columns[2:]) <= set(ERROR_TYPE_COLUMNS)
     assert wide.height == 2
     # a long-format frame that holds raw names (e.g. read from elsewhere) still pivots only the vocabulary
-    raw = pl.DataFrame({"run": ["r1", "r1", "r1"], "model": ["m", "m", "m"],
-                        "error_type": ["run", "model", "IndexError"], "share": [0.1, 0.2, 0.3]})
+    raw = pl.DataFrame(
+        {
+            "run": ["r1", "r1", "r1"],
+            "model": ["m", "m", "m"],
+            "error_type": ["run", "model", "IndexError"],
+            "share": [0.1, 0.2, 0.3],
+        }
+    )
     wide = errors_wide(raw)
     assert wide.columns == ["model", "run", OTHER_ERROR_TYPE, "IndexError"]
     assert wide.row(0) == ("m", "r1", pytest.approx(0.3), pytest.approx(0.3))

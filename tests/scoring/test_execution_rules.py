@@ -22,8 +22,10 @@ def g(rows):
 # recolour 1 -> 2 on a 2 x 3 grid; two train pairs and one test pair
 TASK = Task(
     "task1",
-    train=(Pair(g([[1, 0, 0], [0, 0, 0]]), g([[2, 0, 0], [0, 0, 0]])),
-           Pair(g([[0, 1, 0], [0, 0, 1]]), g([[0, 2, 0], [0, 0, 2]]))),
+    train=(
+        Pair(g([[1, 0, 0], [0, 0, 0]]), g([[2, 0, 0], [0, 0, 0]])),
+        Pair(g([[0, 1, 0], [0, 0, 1]]), g([[0, 2, 0], [0, 0, 2]])),
+    ),
     test=(Pair(g([[1, 1, 0], [0, 0, 0]]), g([[2, 2, 0], [0, 0, 0]])),),
     source="test",
 )
@@ -38,7 +40,8 @@ SOLVES = "def transform(input_grid):\n    out = input_grid.copy()\n    out[out =
 SOLVES_WITH_RANDOM = SOLVES.replace("def transform", "# no random choice here\ndef transform")
 SOLVES_WITH_TIME = "import time\n" + SOLVES
 SOLVES_WITH_BARE_EXCEPT = SOLVES.replace(
-    "    return out", "    try:\n        pass\n    except:\n        pass\n    return out")
+    "    return out", "    try:\n        pass\n    except:\n        pass\n    return out"
+)
 SOLVES_AS_FLOAT = SOLVES.replace("    return out", "    return out.astype(float) + 0.25")
 BOOL_OUTPUT = "def transform(input_grid):\n    return input_grid > 0"
 OVERSIZE_33 = "import numpy as np\ndef transform(input_grid):\n    return np.ones((33, 33), dtype=int)"
@@ -47,11 +50,17 @@ OVERSIZE_36 = "import numpy as np\ndef transform(input_grid):\n    return np.zer
 
 def run(bodies: list[str], rules: str, sandbox) -> pl.DataFrame:
     texts = [answer(body) if body is not None else "no code at all" for body in bodies]
-    predictions = pl.DataFrame({
-        "prediction_id": [f"p{i}" for i in range(len(texts))], "task_id": ["task1"] * len(texts),
-        "turn": [1] * len(texts), "text": texts, "hflip": [False] * len(texts), "rot90_k": [0] * len(texts),
-        "color_map": [list(range(10))] * len(texts),
-    })
+    predictions = pl.DataFrame(
+        {
+            "prediction_id": [f"p{i}" for i in range(len(texts))],
+            "task_id": ["task1"] * len(texts),
+            "turn": [1] * len(texts),
+            "text": texts,
+            "hflip": [False] * len(texts),
+            "rot90_k": [0] * len(texts),
+            "color_map": [list(range(10))] * len(texts),
+        }
+    )
     return execute_predictions(predictions, {"task1": TASK}, sandbox, progress=False, rules=rules)
 
 
@@ -59,9 +68,15 @@ def rewards(bodies: list[str], rules: str, sandbox) -> list[float]:
     row = TASK.to_row()
     n = len(bodies)
     reward = ArcReward("arc-v2-no-pixel-score", sandbox, [EOS], rules=rules)
-    return reward(prompts=["p"] * n, completions=[answer(b) for b in bodies], completion_ids=[[1, EOS]] * n,
-                  train_inputs=[row["train_inputs"]] * n, train_outputs=[row["train_outputs"]] * n,
-                  test_inputs=[row["test_inputs"]] * n, test_outputs=[row["test_outputs"]] * n)
+    return reward(
+        prompts=["p"] * n,
+        completions=[answer(b) for b in bodies],
+        completion_ids=[[1, EOS]] * n,
+        train_inputs=[row["train_inputs"]] * n,
+        train_outputs=[row["train_outputs"]] * n,
+        test_inputs=[row["test_inputs"]] * n,
+        test_outputs=[row["test_outputs"]] * n,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -77,8 +92,9 @@ def published_sandbox():
     """Configured as the stages configure it for the published rules: outputs up to 35 a side come back."""
     from arc_pipeline.sandbox import Sandbox, SandboxConfig
 
-    with Sandbox(SandboxConfig(workers=1, timeout_s=5.0, memory_mb=2048,
-                               max_output_side=max_output_side("published"))) as box:
+    with Sandbox(
+        SandboxConfig(workers=1, timeout_s=5.0, memory_mb=2048, max_output_side=max_output_side("published"))
+    ) as box:
         yield box
 
 
@@ -114,7 +130,9 @@ def test_rule_outputs_up_to_35_pass_validation(sandbox, published_sandbox):
     assert strict["error_type"].to_list() == ["InvalidOutput", "InvalidOutput"]
     assert "exceeds 30 x 30" in strict["error_message"][0]
     # the rewards see the same outcomes: valid under published (not 0, the invalid-output reward), invalid strict
-    assert rewards([OVERSIZE_33], "published", published_sandbox)[0] > rewards([OVERSIZE_33], "strict", sandbox)[0] == 0.0
+    assert (
+        rewards([OVERSIZE_33], "published", published_sandbox)[0] > rewards([OVERSIZE_33], "strict", sandbox)[0] == 0.0
+    )
 
 
 def test_rule_float_and_bool_outputs_are_cast_to_int(sandbox):
@@ -140,8 +158,10 @@ def test_rule_empty_code_block_is_no_code(sandbox):
 def test_published_validation_runs_every_input_before_raising(sandbox):
     # The researchers validated after all inputs ran: a later exception wins over an earlier invalid
     # output, and otherwise the first invalid output raises ValueError.
-    body = ("def transform(input_grid):\n    if input_grid[0, 0] == 1 and input_grid[0, 1] == 1:\n"
-            "        raise KeyError('third input')\n    return [[11]]\n")
+    body = (
+        "def transform(input_grid):\n    if input_grid[0, 0] == 1 and input_grid[0, 1] == 1:\n"
+        "        raise KeyError('third input')\n    return [[11]]\n"
+    )
     assert run([body], "published", sandbox)["error_type"].to_list() == ["KeyError"]
     valid_last = body.replace("raise KeyError('third input')", "return [[1]]")
     assert run([valid_last], "published", sandbox)["error_type"].to_list() == ["ValueError"]

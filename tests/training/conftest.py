@@ -6,7 +6,6 @@ import json
 from pathlib import Path
 
 import pytest
-
 from training_helpers import recolor_task, refinement_rows
 
 

@@ -32,8 +32,16 @@ class SyntheticReward:
 
 
 def config(**overrides) -> TrainConfig:
-    values = dict(use_cpu=True, bf16=False, gradient_checkpointing=False, report_to=["none"],
-                  gradient_accumulation_steps=4, max_completion_length=4, max_seq_length=2048, execution_workers=1)
+    values = dict(
+        use_cpu=True,
+        bf16=False,
+        gradient_checkpointing=False,
+        report_to=["none"],
+        gradient_accumulation_steps=4,
+        max_completion_length=4,
+        max_seq_length=2048,
+        execution_workers=1,
+    )
     return TrainConfig(**{**values, **overrides})
 
 
@@ -90,7 +98,7 @@ def test_repeats_keep_each_task_in_one_step(tiny_model, refinement_dataset):
     dataset, counts = load_refinement_dataset(refinement_dataset(3), load_tokenizer(tiny_model), train_config)
     ids = dataset["prediction_id"]
     assert counts["kept"] == 3 and len(ids) == 12
-    assert all(len(set(ids[i:i + 4])) == 1 for i in range(0, 12, 4)) and len(set(ids)) == 3
+    assert all(len(set(ids[i : i + 4])) == 1 for i in range(0, 12, 4)) and len(set(ids)) == 3
     assert not grpo_arguments(train_config, "/tmp/unused", [1.0]).shuffle_dataset
 
 
@@ -98,8 +106,11 @@ def test_trl_options_are_set_from_config():
     published = grpo_arguments(config(num_generations=8, task_repeats=4), "/tmp/unused", [1.0])
     assert published.vllm_importance_sampling_correction is False
     assert published.use_bias_correction_kl is False
-    trl_defaults = grpo_arguments(config(num_generations=8, vllm_importance_sampling_correction=True,
-                                         use_bias_correction_kl=True), "/tmp/unused", [1.0])
+    trl_defaults = grpo_arguments(
+        config(num_generations=8, vllm_importance_sampling_correction=True, use_bias_correction_kl=True),
+        "/tmp/unused",
+        [1.0],
+    )
     assert trl_defaults.vllm_importance_sampling_correction is True
     assert trl_defaults.use_bias_correction_kl is True
     with pytest.raises(ValueError, match="task_repeats"):

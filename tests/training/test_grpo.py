@@ -52,10 +52,17 @@ def learnable_target(model_dir, dataset_path, config: TrainConfig) -> int:
     inputs = tokenizer(prompt, return_tensors="pt")
     torch.manual_seed(0)
     with torch.no_grad():
-        out = model.generate(**inputs, do_sample=True, top_k=config.top_k, top_p=1.0, temperature=config.temperature,
-                             max_new_tokens=config.max_completion_length, num_return_sequences=64,
-                             pad_token_id=tokenizer.pad_token_id)
-    completions = out[:, inputs["input_ids"].shape[1]:].tolist()
+        out = model.generate(
+            **inputs,
+            do_sample=True,
+            top_k=config.top_k,
+            top_p=1.0,
+            temperature=config.temperature,
+            max_new_tokens=config.max_completion_length,
+            num_return_sequences=64,
+            pad_token_id=tokenizer.pad_token_id,
+        )
+    completions = out[:, inputs["input_ids"].shape[1] :].tolist()
     containing = Counter(token for ids in completions for token in set(ids))
     candidates = [(count, token) for token, count in containing.items() if count <= 0.8 * len(completions)]
     return max(candidates)[1]
@@ -63,10 +70,23 @@ def learnable_target(model_dir, dataset_path, config: TrainConfig) -> int:
 
 def cpu_config(**overrides) -> TrainConfig:
     values = dict(
-        use_cpu=True, bf16=False, gradient_checkpointing=False, report_to=["none"],
-        num_generations=8, gradient_accumulation_steps=2, max_completion_length=4, max_seq_length=2048,
-        top_k=4, top_p=1.0, repetition_penalty=1.0, mask_truncated_completions=False,
-        learning_rate=5e-3, warmup_ratio=0.0, max_grad_norm=1.0, execution_workers=1, save_steps=100,
+        use_cpu=True,
+        bf16=False,
+        gradient_checkpointing=False,
+        report_to=["none"],
+        num_generations=8,
+        gradient_accumulation_steps=2,
+        max_completion_length=4,
+        max_seq_length=2048,
+        top_k=4,
+        top_p=1.0,
+        repetition_penalty=1.0,
+        mask_truncated_completions=False,
+        learning_rate=5e-3,
+        warmup_ratio=0.0,
+        max_grad_norm=1.0,
+        execution_workers=1,
+        save_steps=100,
     )
     values.update(overrides)
     return TrainConfig(**values)
@@ -81,8 +101,9 @@ def test_grpo_learns_a_learnable_reward(tiny_model, refinement_dataset, tmp_path
     config = cpu_config(temperature=3.0, learning_rate=2e-3)
     target = learnable_target(tiny_model, dataset, config)
     metrics_path = tmp_path / "metrics.parquet"
-    result = train(config, dataset, tiny_model, tmp_path / "adapter", metrics_path,
-                   extra_rewards=[(TokenShareReward(target), 1.0)])
+    result = train(
+        config, dataset, tiny_model, tmp_path / "adapter", metrics_path, extra_rewards=[(TokenShareReward(target), 1.0)]
+    )
     assert result.global_step == 24 and result.resumed_from is None
     metrics = read_frame(metrics_path, TRAINING_METRICS_SCHEMA)
     learned = metric(metrics, "rewards/token_share/mean")
@@ -153,15 +174,19 @@ def test_collapse_guard_stops_and_keeps_the_best_checkpoint(tiny_model, refineme
     dataset = refinement_dataset(6)
     guard = CollapseGuardConfig(max_truncated_share=0.5, patience=2)
     # every completion is truncated: the guard sees the collapse from step 1 and stops at step 2
-    result = train(cpu_config(save_steps=1, collapse_guard=guard), dataset, tiny_model, tmp_path / "adapter",
-                   tmp_path / "metrics.parquet")
+    result = train(
+        cpu_config(save_steps=1, collapse_guard=guard),
+        dataset,
+        tiny_model,
+        tmp_path / "adapter",
+        tmp_path / "metrics.parquet",
+    )
     assert result.stopped_by_guard and result.global_step == 2
     assert result.kept_checkpoint is None  # nothing was saved before the first offending window
     assert (tmp_path / "adapter" / "adapter_model.safetensors").is_file()
 
 
-def test_checkpoints_survive_a_move_and_a_finished_run_is_not_trained_further(tiny_model, refinement_dataset,
-                                                                              tmp_path):
+def test_checkpoints_survive_a_move_and_a_finished_run_is_not_trained_further(tiny_model, refinement_dataset, tmp_path):
     import shutil
 
     first = tmp_path / "first"
@@ -174,8 +199,14 @@ def test_checkpoints_survive_a_move_and_a_finished_run_is_not_trained_further(ti
     moved = tmp_path / "moved"  # results/ copied to scratch, another clone or mount point
     shutil.move(first, moved)
     start = StartStep()
-    result = train(config, moved / "refine.parquet", moved / "model", moved / "adapter", moved / "metrics.parquet",
-                   callbacks=[start])
+    result = train(
+        config,
+        moved / "refine.parquet",
+        moved / "model",
+        moved / "adapter",
+        moved / "metrics.parquet",
+        callbacks=[start],
+    )
     assert start.start is None  # no training step at all: the checkpoint already reached max_steps
     assert result.global_step == 2 and result.resumed_from == str(moved / "adapter_checkpoints" / "checkpoint-2")
     assert (moved / "adapter" / "adapter_model.safetensors").is_file()

@@ -56,8 +56,13 @@ def make_trainer(tiny_model, dataset_path, tmp_path, sandbox, rollout, config, r
     model, tokenizer, peft_config = load_model(config, tiny_model)
     dataset, _ = load_refinement_dataset(dataset_path, tokenizer, config)
     return GRPOTrainer(
-        model=model, reward_funcs=rewards, args=grpo_arguments(config, tmp_path / "ckpt", [1.0] * len(rewards)),
-        train_dataset=dataset, processing_class=tokenizer, peft_config=peft_config, rollout_func=rollout,
+        model=model,
+        reward_funcs=rewards,
+        args=grpo_arguments(config, tmp_path / "ckpt", [1.0] * len(rewards)),
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        peft_config=peft_config,
+        rollout_func=rollout,
     )
 
 
@@ -105,28 +110,39 @@ def test_two_turn_episode_masks_exactly_the_feedback(tiny_model, refinement_data
         assert zeros and zeros == list(range(n_first, zeros[-1] + 1))  # one block, right after the first answer
         n_feedback = len(zeros)
         assert completion[:n_first] == answer_ids
-        assert completion[n_first + n_feedback:] == final_ids
+        assert completion[n_first + n_feedback :] == final_ids
         assert 1 <= len(final_ids) <= config.max_completion_length
         # the feedback tokens continue the first turn into exactly the dataset's refinement prompt
         # (the dataset's row was built from the same previous answer and outputs)
-        episode_prefix = tokenizer.decode(prompt_ids + completion[:n_first + n_feedback])
+        episode_prefix = tokenizer.decode(prompt_ids + completion[: n_first + n_feedback])
         assert episode_prefix == tokenizer.bos_token + prompt
-        feedback = tokenizer.decode(completion[n_first:n_first + n_feedback])
+        feedback = tokenizer.decode(completion[n_first : n_first + n_feedback])
         assert "Your first solution was not correct" in feedback and MATCH_MESSAGE in feedback
         assert "The pixel similarity score is 75.0%." in feedback
         assert "Your first solution" not in tokenizer.decode(completion[:n_first])
         assert feedback.endswith("<|start_header_id|>assistant<|end_header_id|>\n\n")
     # the reward scores the second answer only (a random model's second answer has no program: 0)
-    rewards = reward(prompts, ["x", "y"], output["completion_ids"], train_inputs=trainer.train_dataset["train_inputs"],
-                     train_outputs=trainer.train_dataset["train_outputs"],
-                     test_inputs=trainer.train_dataset["test_inputs"],
-                     test_outputs=trainer.train_dataset["test_outputs"], **{k: output[k] for k in (FINAL_TEXT, FINAL_IDS, TURNS)})
+    rewards = reward(
+        prompts,
+        ["x", "y"],
+        output["completion_ids"],
+        train_inputs=trainer.train_dataset["train_inputs"],
+        train_outputs=trainer.train_dataset["train_outputs"],
+        test_inputs=trainer.train_dataset["test_inputs"],
+        test_outputs=trainer.train_dataset["test_outputs"],
+        **{k: output[k] for k in (FINAL_TEXT, FINAL_IDS, TURNS)},
+    )
     assert rewards == [0.0, 0.0]
     # the first answer alone scores as a valid program with one train grid right (1 + 9 x 1/3)
-    first = reward.reward(prompts, [FIRST_ANSWER] * 2, [answer_ids] * 2, train_inputs=trainer.train_dataset["train_inputs"],
-                          train_outputs=trainer.train_dataset["train_outputs"],
-                          test_inputs=trainer.train_dataset["test_inputs"],
-                          test_outputs=trainer.train_dataset["test_outputs"])
+    first = reward.reward(
+        prompts,
+        [FIRST_ANSWER] * 2,
+        [answer_ids] * 2,
+        train_inputs=trainer.train_dataset["train_inputs"],
+        train_outputs=trainer.train_dataset["train_outputs"],
+        test_inputs=trainer.train_dataset["test_inputs"],
+        test_outputs=trainer.train_dataset["test_outputs"],
+    )
     assert first == [pytest.approx(4.0)] * 2
 
 
@@ -136,8 +152,9 @@ def test_two_turn_episodes_train(tiny_model, refinement_dataset, tmp_path, sandb
 
     from arc_pipeline.training.rewards import ArcReward
 
-    config = cpu_config(max_completion_length=4, online_multi_turn=True, max_steps=1, num_generations=4,
-                        gradient_accumulation_steps=2)
+    config = cpu_config(
+        max_completion_length=4, online_multi_turn=True, max_steps=1, num_generations=4, gradient_accumulation_steps=2
+    )
     rollout, _, _ = scripted_rollout(tiny_model, sandbox, config)
     rewards = [FinalTurnReward(ArcReward(config.reward, sandbox, rollout.stop_token_ids)), TokenShareReward(5)]
     trainer = make_trainer(tiny_model, refinement_dataset(2), tmp_path, sandbox, rollout, config, rewards)
@@ -188,12 +205,20 @@ def test_first_turn_runs_under_the_rewards_execution_rules():
         with Sandbox(config) as box:
             rollout = OnlineRollout(box, [stop], rules)
             results = rollout.first_turn_results(ids, texts, [task] * len(texts))
-            outcome[rules] = {index: (result.error_type, None if result.outputs is None else result.outputs[0].shape,
-                                      rollout._refinable_outputs(task, result) is not None)
-                              for index, result in results.items()}
+            outcome[rules] = {
+                index: (
+                    result.error_type,
+                    None if result.outputs is None else result.outputs[0].shape,
+                    rollout._refinable_outputs(task, result) is not None,
+                )
+                for index, result in results.items()
+            }
             assert rollout.first_turn_results([[3, 4]], texts[:1], [task]) == {}  # unfinished: not run
-    assert outcome["strict"] == {0: (None, (2, 2), True), 1: ("InvalidOutput", None, False),
-                                 2: ("InvalidOutput", None, False)}
+    assert outcome["strict"] == {
+        0: (None, (2, 2), True),
+        1: ("InvalidOutput", None, False),
+        2: ("InvalidOutput", None, False),
+    }
     assert outcome["published"] == {1: (None, (33, 33), True), 2: (None, (2, 2), True)}
     with pytest.raises(ValueError, match="execution rules"):
         OnlineRollout(None, [stop], "lenient")

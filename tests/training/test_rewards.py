@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from training_helpers import recolor_task
 
 from arc_pipeline.training.completion_stats import max_ngram_count, unique_token_ratio
 from arc_pipeline.training.rewards import ArcReward, is_truncated
-from training_helpers import recolor_task
 
 SOLVES = (
     "The blue cells turn red.\n```python\nfrom common import *\nimport numpy as np\n\n"
@@ -69,8 +69,9 @@ def test_truncated_reward_and_logged_metrics(sandbox):
     reward = ArcReward("arc-v2-no-pixel-score", sandbox, stop_token_ids=[EOS], truncated_reward=0.0)
     ids = [[3, 4, 5, EOS], [9, 9, 9, 9, 9, 9], [1, EOS], [1, 2, EOS], [2, 2, 2, 2, 2]]
     logged: dict[str, float] = {}
-    values = reward(prompts=["p"] * 5, completions=COMPLETIONS, completion_ids=ids,
-                    log_metric=logged.__setitem__, **columns(5))
+    values = reward(
+        prompts=["p"] * 5, completions=COMPLETIONS, completion_ids=ids, log_metric=logged.__setitem__, **columns(5)
+    )
     # the identity program is truncated: its reward is replaced by truncated_reward
     assert values == pytest.approx([10.0, 0.0, 0.0, 0.0, 0.0])
     assert logged["arc/reward_max"] == 10.0 and logged["arc/reward_min"] == 0.0

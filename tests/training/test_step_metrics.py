@@ -17,12 +17,12 @@ def outcome(reward, truncated, ids, task="t1"):
 
 
 BATCH = [
-    outcome(10.0, False, [1, 2, 3, 4, 5]),        # solves, 5 tokens
-    outcome(10.0, False, [1, 2, 3]),              # solves, 3 tokens
-    outcome(4.0, False, [7, 7, 7, 7]),            # finished, wrong
-    outcome(1.0, True, [9, 9, 9, 9, 9, 9]),       # truncated
-    outcome(3.0, True, [1, 2, 1, 2, 1, 2]),       # truncated
-    outcome(0.0, False, [5, 6, 7], task="t2"),    # another task, unsolved
+    outcome(10.0, False, [1, 2, 3, 4, 5]),  # solves, 5 tokens
+    outcome(10.0, False, [1, 2, 3]),  # solves, 3 tokens
+    outcome(4.0, False, [7, 7, 7, 7]),  # finished, wrong
+    outcome(1.0, True, [9, 9, 9, 9, 9, 9]),  # truncated
+    outcome(3.0, True, [1, 2, 1, 2, 1, 2]),  # truncated
+    outcome(0.0, False, [5, 6, 7], task="t2"),  # another task, unsolved
 ]
 
 

@@ -32,9 +32,15 @@ def refinement_rows(tokenizer, n_rows: int) -> list[dict]:
 
     task = recolor_task()
     row = {
-        "prediction_id": "recolor/t1/r0/s0", "task_id": task.task_id, "hflip": False, "rot90_k": 0,
-        "color_map": list(range(10)), "test_index": 0, "text": REFINE_TEXT,
-        "train_outputs": [g.tolist() for g in task.train_inputs], "train_correct_grids": 0.5,
+        "prediction_id": "recolor/t1/r0/s0",
+        "task_id": task.task_id,
+        "hflip": False,
+        "rot90_k": 0,
+        "color_map": list(range(10)),
+        "test_index": 0,
+        "text": REFINE_TEXT,
+        "train_outputs": [g.tolist() for g in task.train_inputs],
+        "train_correct_grids": 0.5,
         "train_pixel_score": 0.875,
     }
     example = refinement_example(task, row, tokenizer)

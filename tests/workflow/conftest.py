@@ -31,17 +31,28 @@ class Workflow:
         """A target as Snakemake names it: relative to the working directory."""
         return f"{self.config['results_dir']}/{relative}"
 
-    def snakemake(self, *args: str, check: bool = True, profile: str = "profiles/local",
-                  timeout: int = 1800) -> subprocess.CompletedProcess:
+    def snakemake(
+        self, *args: str, check: bool = True, profile: str = "profiles/local", timeout: int = 1800
+    ) -> subprocess.CompletedProcess:
         bin_dir = Path(sys.executable).parent
         env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-        command = [str(bin_dir / "snakemake"), "--snakefile", str(REPO / "Snakefile"),
-                   "--directory", str(self.workdir), "--configfile", str(self.configfile),
-                   "--profile", str(REPO / profile), *args]
+        command = [
+            str(bin_dir / "snakemake"),
+            "--snakefile",
+            str(REPO / "Snakefile"),
+            "--directory",
+            str(self.workdir),
+            "--configfile",
+            str(self.configfile),
+            "--profile",
+            str(REPO / profile),
+            *args,
+        ]
         result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=timeout)
         if check and result.returncode != 0:
-            raise AssertionError(f"snakemake failed ({result.returncode}):\n{result.stdout[-4000:]}\n"
-                                 f"{result.stderr[-8000:]}")
+            raise AssertionError(
+                f"snakemake failed ({result.returncode}):\n{result.stdout[-4000:]}\n{result.stderr[-8000:]}"
+            )
         return result
 
     def planned_jobs(self, *targets: str) -> dict[str, int]:

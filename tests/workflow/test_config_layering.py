@@ -27,9 +27,24 @@ def dry_run(workdir: Path, *args: str, targets: tuple[str, ...] = ()) -> subproc
     bin_dir = Path(sys.executable).parent
     env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}", CONDOR_CONFIG="/dev/null")
     return subprocess.run(
-        [str(bin_dir / "snakemake"), *targets, "--snakefile", str(REPO / "Snakefile"), "--directory", str(workdir),
-         "-n", "-p", "--cores", "1", *args],
-        cwd=workdir, capture_output=True, text=True, env=env, timeout=300,
+        [
+            str(bin_dir / "snakemake"),
+            *targets,
+            "--snakefile",
+            str(REPO / "Snakefile"),
+            "--directory",
+            str(workdir),
+            "-n",
+            "-p",
+            "--cores",
+            "1",
+            *args,
+        ],
+        cwd=workdir,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
     )
 
 
@@ -60,8 +75,10 @@ def test_a_file_naming_its_base_changes_only_its_settings(tmp_path: Path) -> Non
 
 
 def test_old_section_names_are_read_under_the_new_ones(tmp_path: Path) -> None:
-    mine = write(tmp_path / "mine.yaml", "base: barc-multiturn\ntraining:\n  max_steps: 5\n"
-                 "evaluation:\n  execution:\n    timeout_s: 3.0\n")
+    mine = write(
+        tmp_path / "mine.yaml",
+        "base: barc-multiturn\ntraining:\n  max_steps: 5\nevaluation:\n  execution:\n    timeout_s: 3.0\n",
+    )
     result = dry_run(tmp_path, "--configfile", str(mine), targets=("train", "evaluate"))
     assert stage_config(result, " train --dataset") == complete({**PUBLISHED["train"], "max_steps": 5})
     assert stage_config(result, " execute --predictions results/barc-multiturn/evaluate/")["timeout_s"] == 3.0
@@ -74,7 +91,9 @@ def test_old_section_names_are_read_under_the_new_ones(tmp_path: Path) -> None:
 
 def test_overrides_after_a_complete_preset(tmp_path: Path) -> None:
     mine = write(tmp_path / "mine.yaml", "train:\n  learning_rate: 3.0e-6\n")
-    result = dry_run(tmp_path, "--configfile", str(REPO / "config" / "barc-multiturn.yaml"), str(mine), targets=("train",))
+    result = dry_run(
+        tmp_path, "--configfile", str(REPO / "config" / "barc-multiturn.yaml"), str(mine), targets=("train",)
+    )
     assert stage_config(result, " train --dataset") == complete({**PUBLISHED["train"], "learning_rate": 3.0e-6})
 
 
@@ -95,9 +114,14 @@ def test_a_typo_in_a_top_level_key_names_the_closest_key(tmp_path: Path) -> None
 
 
 def test_config_values_get_the_schemas_types(tmp_path: Path) -> None:
-    result = dry_run(tmp_path, "--config", "evaluate={n_eval: 16}",
-                     "train={learning_rate: 0.001, use_vllm: false}", "barc={download: {revision: 1234}}",
-                     targets=("results/evaluate/report/runs.md", "results/barc_download/data.jsonl"))
+    result = dry_run(
+        tmp_path,
+        "--config",
+        "evaluate={n_eval: 16}",
+        "train={learning_rate: 0.001, use_vllm: false}",
+        "barc={download: {revision: 1234}}",
+        targets=("results/evaluate/report/runs.md", "results/barc_download/data.jsonl"),
+    )
     assert stage_config(result, " inference --tasks results/evaluate/baseline/")["n_predictions"] == 16
     training = stage_config(result, " train --dataset")
     assert training["learning_rate"] == 0.001 and training["use_vllm"] is False

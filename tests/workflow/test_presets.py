@@ -45,9 +45,24 @@ def planned_configs(target: str, *extra: str) -> dict[str, list[tuple[list[str],
     extra = tuple(str(REPO / arg) if arg.startswith("config/") else arg for arg in extra)
     with tempfile.TemporaryDirectory() as workdir:
         result = subprocess.run(
-            [str(bin_dir / "snakemake"), "--snakefile", str(REPO / "Snakefile"), "--directory", workdir,
-             target, "-n", "-p", "--cores", "1", *extra],
-            cwd=workdir, capture_output=True, text=True, env=env, timeout=300,
+            [
+                str(bin_dir / "snakemake"),
+                "--snakefile",
+                str(REPO / "Snakefile"),
+                "--directory",
+                workdir,
+                target,
+                "-n",
+                "-p",
+                "--cores",
+                "1",
+                *extra,
+            ],
+            cwd=workdir,
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=300,
         )
     assert result.returncode == 0, result.stderr[-3000:]
     planned: dict[str, list[tuple[list[str], dict]]] = {}

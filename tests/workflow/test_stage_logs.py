@@ -12,8 +12,14 @@ from tests.workflow.conftest import Workflow
 
 
 def test_missing_local_barc_file_is_named_in_the_stage_log(workflow: Workflow) -> None:
-    result = workflow.snakemake("--config", "barc={download: {source: local, local_path: /nope.jsonl}}",
-                                "--until", "barc_tasks", check=False, timeout=600)
+    result = workflow.snakemake(
+        "--config",
+        "barc={download: {source: local, local_path: /nope.jsonl}}",
+        "--until",
+        "barc_tasks",
+        check=False,
+        timeout=600,
+    )
     assert result.returncode != 0
     log = workflow.path("logs/barc_download.log").read_text()
     assert "/nope.jsonl" in log and "barc.download.local_path" in log and "arc-pipeline barc-download: " in log
@@ -24,9 +30,25 @@ def test_uncaught_error_and_library_output_reach_the_log(tmp_path: Path) -> None
     # An output folder that is a file: the stage fails inside pathlib, not with a PipelineError of ours.
     tasks = write_table([], tmp_path / "tasks.parquet", TASKS_SCHEMA)
     result = subprocess.run(
-        [sys.executable, "-m", "arc_pipeline.cli", "--log-file", str(log_file), "shard", "--tasks", str(tasks),
-         "--index", "0", "--count", "1", "--output", str(tasks / "out.parquet")],
-        capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "arc_pipeline.cli",
+            "--log-file",
+            str(log_file),
+            "shard",
+            "--tasks",
+            str(tasks),
+            "--index",
+            "0",
+            "--count",
+            "1",
+            "--output",
+            str(tasks / "out.parquet"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert result.returncode == 1
     log = log_file.read_text()
@@ -46,7 +68,7 @@ def test_warnings_and_child_process_output_reach_the_log(tmp_path: Path) -> None
         "    setup_logging()\n"
         "    warnings.warn('a library warning')\n"
         "    subprocess.run([sys.executable, '-c', 'print(\"child stdout\"); import sys; "
-        "print(\"child stderr\", file=sys.stderr)'], check=True)\n"
+        'print("child stderr", file=sys.stderr)\'], check=True)\n'
     )
     subprocess.run([sys.executable, "-c", script], check=True, capture_output=True, timeout=120)
     log = log_file.read_text()
