@@ -1,0 +1,100 @@
+"""The package's shape, kept by tests: small modules, no import loop, layers that only look down, one
+error path. Read from the source with ast (nothing is imported)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "arc_pipeline"
+MAX_LINES = 400
+# The BARC runtime is an API generated programs import as one module (`from common import *`).
+LONG_BY_DESIGN = {"arc_pipeline.runtime.common"}
+# Lower layers never import higher ones (docs/runtime.md and the package docstrings name the layers).
+LOWER_LAYERS = {
+    "arc_pipeline.domain": {"arc_pipeline.domain", "arc_pipeline.errors"},
+    "arc_pipeline.runtime": {"arc_pipeline.runtime"},
+}
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {module_name(path): path for path in sorted(PACKAGE.rglob("*.py"))}
+
+
+def imports(name: str) -> set[str]:
+    """Modules of the package that ``name`` imports anywhere in its file (function-level imports too)."""
+    path = MODULES[name]
+    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join([*package.split(".")[: len(package.split(".")) - node.level + 1], base]).strip(".")
+            # `from package import module` imports the module; `from module import name` the module
+            targets = [f"{base}.{alias.name}" for alias in node.names if f"{base}.{alias.name}" in MODULES] or [base]
+        else:
+            continue
+        for target in targets:
+            module = target
+            while module and module not in MODULES:
+                module = module.rpartition(".")[0]
+            if module and module not in (name, "arc_pipeline"):
+                found.add(module)
+    return found
+
+
+def test_no_module_is_longer_than_a_few_screens() -> None:
+    long = {name: len(path.read_text().splitlines()) for name, path in MODULES.items()}
+    assert {name: n for name, n in long.items() if n > MAX_LINES and name not in LONG_BY_DESIGN} == {}
+
+
+def test_no_import_loop() -> None:
+    graph = {name: imports(name) for name in MODULES}
+    loops = []
+
+    def visit(name: str, trail: list[str], done: set[str]) -> None:
+        if name in trail:
+            loops.append(trail[trail.index(name) :] + [name])
+            return
+        if name in done:
+            return
+        for target in sorted(graph[name]):
+            visit(target, [*trail, name], done)
+        done.add(name)
+
+    done: set[str] = set()
+    for name in sorted(graph):
+        visit(name, [], done)
+    assert loops == []
+
+
+@pytest.mark.parametrize("layer", sorted(LOWER_LAYERS))
+def test_lower_layers_never_import_upwards(layer: str) -> None:
+    allowed = LOWER_LAYERS[layer]
+    upward = {
+        name: sorted(t for t in imports(name) if not any(t == a or t.startswith(a + ".") for a in allowed))
+        for name in MODULES
+        if name == layer or name.startswith(layer + ".")
+    }
+    assert {name: targets for name, targets in upward.items() if targets} == {}
+
+
+def test_only_the_cli_ends_the_process() -> None:
+    """User-fixable errors are PipelineErrors (arc_pipeline/errors.py); only cli.py turns them into an exit."""
+    raising = []
+    for name, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Raise) and node.exc is not None:
+                called = node.exc.func if isinstance(node.exc, ast.Call) else node.exc
+                if isinstance(called, ast.Name) and called.id == "SystemExit" and name != "arc_pipeline.cli":
+                    raising.append(f"{name}:{node.lineno}")
+    assert raising == []
