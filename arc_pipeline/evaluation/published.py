@@ -9,23 +9,12 @@ from __future__ import annotations
 import polars as pl
 
 from arc_pipeline.evaluation.runs import DROPPED_PROMPTS
+from arc_pipeline.schemas import TASK_METRIC_COLUMNS
 from arc_pipeline.scoring.tables import runs_table
 
 # ARC-AGI-1 evaluation, 400 tasks (docs/defaults.md); shares, not percentages.
-PUBLISHED_COLUMNS = (
-    "valid code",
-    "valid outputs",
-    "unique outputs",
-    "train_pixel_score",
-    "train_correct_grids",
-    "train_pass_rate",
-    "train_is_correct",
-    "test_pixel_score",
-    "test_correct_grids",
-    "test_pass_rate",
-    "test_is_correct",
-    "is_correct",
-)
+# The published tables report every task metric but the prediction count and "solved".
+PUBLISHED_COLUMNS = tuple(name for name in TASK_METRIC_COLUMNS if name not in ("n_preds", "solved"))
 PUBLISHED_ROWS: tuple[tuple[int, int, str, tuple[float, ...]], ...] = (
     (128, 0, "base", (99.9, 71.7, 49.8, 42.1, 2.4, 1.6, 16.3, 40.9, 2.0, 2.0, 23.0, 16.3)),
     (64, 64, "base refines", (99.7, 74.0, 43.7, 45.8, 2.1, 1.1, 16.5, 44.4, 1.7, 1.6, 21.5, 16.0)),
