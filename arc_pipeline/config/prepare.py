@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
 from arc_pipeline.config.errors import ConfigError, describe
 from arc_pipeline.config.workflow import REMOVED_FIELDS, RENAMED_FIELDS, RENAMED_SECTIONS, WorkflowConfig
@@ -196,11 +196,3 @@ def prepare_config(
     config.clear()
     config.update(workflow_config.model_dump(mode="json"))
     return workflow_config
-
-
-def section_model(keys: tuple[str, ...]) -> type[BaseModel]:
-    """The model of the section at ``keys`` (``("barc", "split")`` -> BarcSplitConfig)."""
-    annotation = field_annotation(keys)
-    if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
-        raise KeyError(f"no config section {'.'.join(keys)}")
-    return annotation
