@@ -15,11 +15,14 @@ import argparse
 import importlib
 import json
 import logging
+import os
 import sys
 from types import ModuleType
 
 from arc_pipeline.errors import PipelineError
 from arc_pipeline.logging_setup import output_to_log, setup_logging
+
+COMPILE_CACHE_VARIABLE = "ARC_PIPELINE_COMPILE_CACHE"
 
 # command name -> (module, one-line help). Stages: one per config section, each a rule of the workflow.
 STAGES: dict[str, tuple[str, str]] = {
@@ -33,6 +36,7 @@ STAGES: dict[str, tuple[str, str]] = {
     "refine-dataset": ("arc_pipeline.stages.refine_dataset", "build the second-turn dataset"),
     "train": ("arc_pipeline.stages.train", "GRPO training of a LoRA adapter"),
     "evaluate": ("arc_pipeline.stages.evaluate", "metric tables, voting, submission and pass@k"),
+    "canary": ("arc_pipeline.stages.canary", "the learning canary's verdict (config/canary.yaml)"),
 }
 # Helpers: steps the rules run between stages, with no config section of their own.
 HELPERS: dict[str, tuple[str, str]] = {
@@ -65,6 +69,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--log-file",
         help="also write everything the command prints (its log, library output, "
         "warnings, the error that ended it) to this file",
+    )
+    parser.add_argument(
+        "--compile-cache",
+        default=os.environ.get(COMPILE_CACHE_VARIABLE),
+        help="GPU commands: folder of the vLLM, Inductor and Triton compile caches, shared by a run's GPU jobs "
+        f"(arc_pipeline/generation/compile_cache.py); default ${COMPILE_CACHE_VARIABLE}, which the workflow sets",
     )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, (_, help_text) in COMMANDS.items():
@@ -110,6 +120,10 @@ def main(argv: list[str] | None = None) -> int:
     command_parser = argparse.ArgumentParser(prog=f"arc-pipeline {known.command}", description=help_text)
     module.configure(command_parser)
     args = command_parser.parse_args(rest)
+    if known.compile_cache and known.command in GPU_COMMANDS:
+        from arc_pipeline.generation.compile_cache import use_compile_cache
+
+        use_compile_cache(known.compile_cache)
     if not known.log_file:
         setup_logging(verbose=known.verbose)
         logging.getLogger("arc_pipeline").debug("command %s with %s", known.command, vars(args))
