@@ -47,6 +47,11 @@ wildcard_constraints:
 
 
 RESULTS = WORKFLOW.results_dir
+# GPU stages share one compile cache (arc_pipeline/generation/compile_cache.py); on the command line, not in
+# params: moving the cache reruns nothing.
+GPU_STAGE = "arc-pipeline --compile-cache " + shlex.quote(
+    WORKFLOW.cluster.compile_cache_dir or f"{RESULTS}/compile-cache"
+)
 PARTS = list(range(1, WORKFLOW.barc.split.n_parts + 1))
 SHARDS = list(range(WORKFLOW.inference.shards))
 
@@ -80,4 +85,5 @@ def all_targets():
         *expand(result("execute/barc/part{part}.metrics.md"), part=PARTS),
         result("train/adapter"),
         result("evaluate/report/runs.md"),
+        *([result("canary/verdict.md")] if WORKFLOW.canary.enabled else []),
     ]

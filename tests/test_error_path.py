@@ -112,6 +112,18 @@ CASES: dict[str, Case | None] = {
             "{out}/report",
         )
     ),
+    "canary": Case(
+        (
+            "--training-metrics",
+            "{missing}",
+            "--tasks",
+            "{missing}",
+            "--reward-metric",
+            "rewards/arc-v2-no-pixel-score/mean",
+            "--output-dir",
+            "{out}/canary",
+        )
+    ),
     "inspect": Case(("{missing}",), None),
     "config-reference": None,  # writes the reference from the models: no input file, no --config-json
 }

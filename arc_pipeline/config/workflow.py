@@ -19,6 +19,7 @@ from arc_pipeline.stages.arc_tasks import ArcTasksConfig
 from arc_pipeline.stages.barc_download import BarcDownloadConfig
 from arc_pipeline.stages.barc_split import BarcSplitConfig
 from arc_pipeline.stages.barc_tasks import BarcTasksConfig
+from arc_pipeline.stages.canary import CanaryConfig
 from arc_pipeline.stages.evaluate import EvaluateConfig
 from arc_pipeline.stages.execute import ExecuteConfig
 from arc_pipeline.stages.inference import InferenceConfig
@@ -74,6 +75,12 @@ class ClusterConfig(BaseModel):
 
     gpu: GpuJobConfig = Field(default_factory=GpuJobConfig, description="GPU jobs")
     cpu: CpuJobConfig = Field(default_factory=CpuJobConfig, description="CPU jobs")
+    compile_cache_dir: str | None = Field(
+        None,
+        description="folder of the vLLM / Inductor / Triton compile caches that every GPU job of the run shares "
+        "(engine starts: 50-85 s cold, under 20 s warm); null = <results_dir>/compile-cache. On a cluster, a "
+        "scratch folder every node reaches. Not a rerun trigger",
+    )
 
 
 class WorkflowConfig(BaseModel):
@@ -95,6 +102,9 @@ class WorkflowConfig(BaseModel):
     refine_dataset: RefineDatasetConfig = Field(description="stage refine_dataset: the second-turn training set")
     train: TrainConfig = Field(description="stage train: GRPO of the refinement LoRA")
     evaluate: EvaluateConfig = Field(description="stage evaluate: the ARC-AGI evaluation runs and their tables")
+    canary: CanaryConfig = Field(
+        default_factory=CanaryConfig, description="stage canary: the learning canary's verdict (config/canary.yaml)"
+    )
     cluster: ClusterConfig = Field(default_factory=ClusterConfig, description="job resources")
 
 
