@@ -9,6 +9,7 @@ import yaml
 
 from snakemake.utils import validate
 
+from arc_pipeline.config.cluster import gpu_job_resources
 from arc_pipeline.config.prepare import prepare_config
 
 # base: presets, old section names, --config types, one-line errors (see the module). The config comes back
@@ -69,10 +70,9 @@ def config_slice(*keys):
 
 
 def gpu_resources():
-    """HTCondor's request_* names (the plugin reads those) plus `gpus`, which a workstation run limits
-    with --resources gpus=N (profiles/workstation); the HTCondor plugin ignores `gpus`."""
-    gpu = config["cluster"]["gpu"]
-    return {"gpus": gpu["request_gpus"], **{k: v for k, v in gpu.items() if k != "threads"}}
+    """One set of names for every executor: HTCondor's request_*, Slurm's gpu/mem_mb/runtime/slurm_partition,
+    and `gpus`, which a workstation run limits with --resources gpus=N (arc_pipeline/config/cluster.py)."""
+    return gpu_job_resources(WORKFLOW.cluster.gpu)
 
 
 def all_targets():
