@@ -26,6 +26,7 @@ include: "rules/execute.smk"
 include: "rules/refine_dataset.smk"
 include: "rules/train.smk"
 include: "rules/evaluate.smk"
+include: "rules/benchmarks.smk"
 
 
 rule all:

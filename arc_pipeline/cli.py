@@ -40,6 +40,10 @@ HELPERS: dict[str, tuple[str, str]] = {
     "shard": ("arc_pipeline.helper_commands.shard", "take one shard of a tasks parquet"),
     "gather": ("arc_pipeline.helper_commands.gather", "concatenate shard parquets"),
     "refine-prompts": ("arc_pipeline.helper_commands.refine_prompts", "evaluation refinement prompts from executions"),
+    "benchmark-summary": (
+        "arc_pipeline.helper_commands.benchmark_summary",
+        "time and memory per rule and job, from the benchmark files",
+    ),
 }
 # Tools for people: reading results, the config reference.
 TOOLS: dict[str, tuple[str, str]] = {

@@ -273,6 +273,7 @@ def _expected_counts(configfile: str | None) -> dict[str, int]:
         "evaluate_refinement_inference": refiners,
         "evaluate_execute": 1 + refiners,  # the baseline and each refiner
         "evaluate": 1,
+        "benchmark_summary": 1,
         "all": 1,
     }
 
