@@ -31,8 +31,9 @@ GPU_SUFFIX = ".gpu.json"
 NOTE = (
     "Snakemake's benchmark of each job (results/benchmarks/): wall-clock time, CPU time and peak resident memory "
     "of the job's processes (max RSS, child processes included); GPU peak = the largest memory used on the job's "
-    "GPUs in a sample of nvidia-smi every second ('-': no GPU measured, e.g. a CPU run). Per rule: jobs, summed "
-    "and largest wall time, summed CPU time, the largest RSS and GPU peak of its jobs."
+    "GPUs in a sample of nvidia-smi every second ('-': no GPU measured, e.g. a CPU run). Jobs of about a second "
+    "are sampled once or not at all: their RSS is a lower bound or '-'. Per rule: jobs, summed and largest wall "
+    "time, summed CPU time, the largest RSS and GPU peak of its jobs."
 )
 
 
