@@ -62,7 +62,7 @@ def test_no_benchmark_folder_is_one_line(tmp_path: Path) -> None:
         timeout=120,
     )
     assert done.returncode == 1
-    assert done.stderr.strip().splitlines()[-1].startswith("arc-pipeline benchmark-summary: no benchmark folder")
+    assert done.stderr.strip().splitlines()[-1].startswith("arc-pipeline benchmark-summary: benchmark folder")
 
 
 def test_every_rule_has_a_benchmark_named_after_it(workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811

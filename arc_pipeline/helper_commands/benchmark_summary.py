@@ -146,7 +146,7 @@ def markdown(table: pl.DataFrame) -> str:
 
 def run(args: argparse.Namespace) -> int:
     if not args.benchmarks.is_dir():
-        raise InputFileError(f"no benchmark folder {args.benchmarks}: run the workflow's jobs first")
+        raise InputFileError(f"benchmark folder {args.benchmarks} not found: run the workflow's jobs first")
     jobs = read_jobs(args.benchmarks, {path.resolve() for path in args.exclude})
     rules = per_rule(jobs)
     jobs_md, rules_md = markdown(jobs.sort("rule", "job")), markdown(rules)
