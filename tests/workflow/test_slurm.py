@@ -1,4 +1,4 @@
-"""The whole embedded default DAG through a real Slurm scheduler (slow: about 8 minutes on 2 cores).
+"""The whole embedded default DAG through a real Slurm scheduler (slow: about 7 minutes on 2 cores).
 
 scripts/slurm_local.sh brings up a one-node cluster on this machine (munged, slurmctld, slurmd; the node declares
 the machine's CPUs and memory and one GPU that is only counted). Snakemake runs with profiles/slurm, as a user
@@ -8,7 +8,7 @@ on a cluster would, so every job goes through sbatch and runs as an srun step of
   each job's Slurm log); only the rule meant to run on the submit machine (barc_download) did not;
 * the GPU rules' jobs held a GPU (`--gpus=1`, slurmctld's TresPerJob), no other job did;
 * the outputs equal those of the local run of the same config (the session's `finished` run), compared as
-  data, table by table (which tables and why: above TIME_COLUMNS below).
+  data, table by table (which tables, and why they can be equal: the comment above TIME_COLUMNS).
 
 Needs root (the daemons run as root) and Slurm, which the script installs with apt-get where it is missing.
 Without root or apt the test skips in one line; under CI (CI=true) it fails instead.
