@@ -15,6 +15,7 @@ import shutil
 import polars as pl
 import pytest
 
+from tests.test_profiles import GPU_RULES
 from tests.workflow.conftest import Workflow
 
 pytestmark = pytest.mark.slow
@@ -99,8 +100,7 @@ def test_every_job_is_benchmarked_and_tabled_for_the_report(finished: Workflow) 
     planned = finished.planned_jobs("--forceall")
     assert finished.benchmarked_jobs() == {rule: n for rule, n in planned.items() if rule != "all"}
     gpu_records = sorted(finished.path("benchmarks").rglob("*.gpu.json"))
-    gpu_jobs = ("inference", "train", "evaluate_baseline_inference", "evaluate_refinement_inference")
-    assert len(gpu_records) == sum(planned[rule] for rule in gpu_jobs)
+    assert len(gpu_records) == sum(planned[rule] for rule in GPU_RULES)
     for path in gpu_records:
         record = json.loads(path.read_text())
         assert record["command"] in ("inference", "train") and record["seconds"] > 0
@@ -115,7 +115,7 @@ def test_every_job_is_benchmarked_and_tabled_for_the_report(finished: Workflow) 
     for rule, (jobs, wall_total, _longest, _cpu, _rss, gpu) in table.items():
         assert int(jobs) == planned[rule], rule
         assert float(wall_total) > 0, rule
-        assert gpu == "-" or rule in gpu_jobs
+        assert gpu == "-" or rule in GPU_RULES
     # vLLM's engine runs in a child process: the job's max RSS counts it (a tiny model still needs > 500 MB)
     assert float(table["inference"][4]) > 500
     assert (

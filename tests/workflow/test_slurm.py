@@ -28,6 +28,7 @@ import polars as pl
 import pytest
 
 from tests.ci_helpers import tool_missing
+from tests.test_profiles import GPU_RULES
 from tests.workflow.conftest import REPO, Workflow
 
 pytestmark = pytest.mark.slow
@@ -35,7 +36,6 @@ pytestmark = pytest.mark.slow
 SCRIPT = REPO / "scripts" / "slurm_local.sh"
 SLURM_COMMANDS = ("slurmctld", "slurmd", "munged", "sbatch", "srun", "squeue", "scontrol")
 SEARCH_PATH = os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/sbin", "/usr/local/sbin"])
-GPU_RULES = {"inference", "train", "evaluate_baseline_inference", "evaluate_refinement_inference"}
 SUBMIT_MACHINE_RULES = {"barc_download"}  # localrules: the hub download needs the internet
 # Compared with the local run: every parquet table the run leaves in results/ (the data of every stage, from the
 # BARC tasks to the evaluation's tables; train/checkpoints, the trainer's own state, aside), and the weights of
