@@ -102,7 +102,9 @@ class GpuMemorySampler:
                 total += used_mib
             if mine:
                 self.peak_used_mib = max(self.peak_used_mib or 0, total)
-            held = processes_used_mib(self._query(QUERY_APPS), own_process_tree(), {g[1] for g in mine})
+            apps = self._query(QUERY_APPS)
+            # the process tree (a walk over /proc) only when some process holds GPU memory
+            held = processes_used_mib(apps, own_process_tree(), {g[1] for g in mine}) if apps else None
             if held is not None:
                 self.processes_peak_mib = max(self.processes_peak_mib or 0, held)
             self.samples += 1
