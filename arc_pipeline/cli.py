@@ -20,6 +20,7 @@ import sys
 from types import ModuleType
 
 from arc_pipeline.errors import PipelineError
+from arc_pipeline.gpu_memory import record_gpu_memory
 from arc_pipeline.logging_setup import output_to_log, setup_logging
 
 COMPILE_CACHE_VARIABLE = "ARC_PIPELINE_COMPILE_CACHE"
@@ -43,6 +44,10 @@ HELPERS: dict[str, tuple[str, str]] = {
     "shard": ("arc_pipeline.helper_commands.shard", "take one shard of a tasks parquet"),
     "gather": ("arc_pipeline.helper_commands.gather", "concatenate shard parquets"),
     "refine-prompts": ("arc_pipeline.helper_commands.refine_prompts", "evaluation refinement prompts from executions"),
+    "benchmark-summary": (
+        "arc_pipeline.helper_commands.benchmark_summary",
+        "time and memory per rule and job, from the benchmark files",
+    ),
 }
 # Tools for people: reading results, the config reference.
 TOOLS: dict[str, tuple[str, str]] = {
@@ -76,6 +81,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="GPU commands: folder of the vLLM, Inductor and Triton compile caches, shared by a run's GPU jobs "
         f"(arc_pipeline/generation/compile_cache.py); default ${COMPILE_CACHE_VARIABLE}, which the workflow sets",
     )
+    parser.add_argument(
+        "--gpu-memory-file",
+        help="sample the peak GPU memory of the job's GPUs while the command runs (nvidia-smi) and write it to "
+        "this JSON file; null peaks on a machine without GPUs (arc_pipeline/gpu_memory.py)",
+    )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, (_, help_text) in COMMANDS.items():
         subparsers.add_parser(name, help=help_text, add_help=False)
@@ -98,11 +108,13 @@ def _pin_gpus(command: str, args: argparse.Namespace) -> None:
     pin_gpus(count)
 
 
-def _run(command: str, module: ModuleType, args: argparse.Namespace) -> int:
+def _run(command: str, module: ModuleType, args: argparse.Namespace, gpu_memory_file: str | None = None) -> int:
     """The command's exit status; a PipelineError becomes its one line on stderr and status 1."""
     try:
         _pin_gpus(command, args)
-        return int(module.run(args) or 0)
+        # after pinning: the sampler watches the GPUs in CUDA_VISIBLE_DEVICES
+        with record_gpu_memory(gpu_memory_file, command):
+            return int(module.run(args) or 0)
     except PipelineError as error:
         # The message names the file or field and says what to do (arc_pipeline/errors.py): no traceback.
         sys.stderr.write(f"arc-pipeline {command}: {error}\n")
@@ -127,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     if not known.log_file:
         setup_logging(verbose=known.verbose)
         logging.getLogger("arc_pipeline").debug("command %s with %s", known.command, vars(args))
-        return _run(known.command, module, args)
+        return _run(known.command, module, args, known.gpu_memory_file)
     with output_to_log(known.log_file):
         setup_logging(verbose=known.verbose)
         log = logging.getLogger("arc_pipeline")
@@ -136,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
         # stderr; a bug is logged with its traceback, then the exit status alone is raised to avoid
         # printing it twice.
         try:
-            return _run(known.command, module, args)
+            return _run(known.command, module, args, known.gpu_memory_file)
         except KeyboardInterrupt:
             log.error("%s interrupted", known.command)
             raise

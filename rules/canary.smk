@@ -15,6 +15,8 @@ if WORKFLOW.canary.enabled:
             ),
         log:
             log_path("canary"),
+        benchmark:
+            benchmark_path("canary")
         params:
             cfg=config_slice("canary"),
             reward_metric=f"rewards/{WORKFLOW.train.reward}/mean",

@@ -124,6 +124,9 @@ CASES: dict[str, Case | None] = {
             "{out}/canary",
         )
     ),
+    "benchmark-summary": Case(
+        ("--benchmarks", "{missing}", "--output-md", "{out}/s.md", "--output-html", "{out}/s.html"), None
+    ),
     "inspect": Case(("{missing}",), None),
     "config-reference": None,  # writes the reference from the models: no input file, no --config-json
 }
