@@ -33,6 +33,7 @@ from typing import Any
 from transformers import TrainerCallback
 
 PHASE_METRIC_PREFIX = "time/"
+MEMORY_METRIC_PREFIX = "memory/"
 
 
 class PhaseTimer(TrainerCallback):
@@ -125,13 +126,14 @@ class PhaseTimer(TrainerCallback):
 
     def _memory(self) -> dict[str, float]:
         gib = 2**30
-        memory = {"memory/host_peak_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / gib}
+        host_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / gib  # ru_maxrss is in KiB
+        memory = {f"{MEMORY_METRIC_PREFIX}host_peak_gib": host_peak}
         if self._cuda:
             import torch
 
             free, total = torch.cuda.mem_get_info()
-            memory["memory/peak_allocated_gib"] = torch.cuda.max_memory_allocated() / gib
-            memory["memory/device_used_gib"] = (total - free) / gib
+            memory[f"{MEMORY_METRIC_PREFIX}peak_allocated_gib"] = torch.cuda.max_memory_allocated() / gib
+            memory[f"{MEMORY_METRIC_PREFIX}device_used_gib"] = (total - free) / gib
         return memory
 
 

@@ -27,6 +27,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from arc_pipeline.training.phases import MEMORY_METRIC_PREFIX, PHASE_METRIC_PREFIX
 from tests.ci_helpers import tool_missing
 from tests.test_profiles import GPU_RULES
 from tests.workflow.conftest import REPO, Workflow
@@ -42,9 +43,11 @@ SUBMIT_MACHINE_RULES = {"barc_download"}  # localrules: the hub download needs t
 # the built model and of the trained adapter, byte for byte. A rerun of the same config reproduces them all: the
 # data stages are seeded, vLLM samples with a seed per request (inference.seed) and GRPO on CPU is seeded
 # (train.seed), with the same thread count in both runs (cluster.gpu.threads). Dropped are only measurements
-# of time: the execution's per-program duration and the trainer's timing metrics.
+# of time and memory: the execution's per-program duration, the trainer's timing metrics and the step
+# breakdown's time/<phase> and memory/* metrics (arc_pipeline/training/phases.py).
 TIME_COLUMNS = {"duration_s"}
 TIME_METRICS = {"step_time", "train_runtime", "train_samples_per_second", "train_steps_per_second"}
+MEASUREMENT_PREFIXES = (PHASE_METRIC_PREFIX, MEMORY_METRIC_PREFIX)
 WEIGHTS = ("model/base/model.safetensors", "train/adapter/adapter_model.safetensors")
 
 
@@ -158,7 +161,9 @@ def _tables(results: Path) -> dict[str, pl.DataFrame]:
             continue
         table = pl.read_parquet(path).drop(TIME_COLUMNS, strict=False)
         if relative == "train/metrics.parquet":
-            table = table.filter(~pl.col("name").is_in(TIME_METRICS))
+            measured = pl.col("name").is_in(TIME_METRICS) | pl.col("name").str.starts_with(MEASUREMENT_PREFIXES[0])
+            measured |= pl.col("name").str.starts_with(MEASUREMENT_PREFIXES[1])
+            table = table.filter(~measured)
         tables[relative] = table
     return tables
 
