@@ -25,7 +25,7 @@ import polars as pl
 import pyarrow.parquet as pq
 
 from arc_pipeline.domain.tasks import Task
-from arc_pipeline.io import read_table, temp_beside, write_table
+from arc_pipeline.io import read_table, temp_beside, write_table, writing
 from arc_pipeline.sandbox import Sandbox, SandboxConfig
 from arc_pipeline.schemas import EXECUTIONS_SCHEMA
 from arc_pipeline.scoring.execution import (
@@ -72,20 +72,21 @@ def _limits(sandbox_config: SandboxConfig) -> str:
 
 def _stream_concat(chunk_paths: list[Path], output: Path) -> int:
     """Write the chunks (already validated) into ``output`` atomically, one chunk in memory at a time."""
-    output.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = temp_beside(output)
-    os.close(fd)
-    n_rows = 0
-    try:
-        with pq.ParquetWriter(tmp_name, EXECUTIONS_SCHEMA, compression="zstd") as writer:
-            for path in chunk_paths:
-                table = read_table(path, EXECUTIONS_SCHEMA)
-                writer.write_table(table)
-                n_rows += table.num_rows
-        os.replace(tmp_name, output)
-    except BaseException:
-        Path(tmp_name).unlink(missing_ok=True)
-        raise
+    with writing(output):
+        output.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp_name = temp_beside(output)
+        os.close(fd)
+        n_rows = 0
+        try:
+            with pq.ParquetWriter(tmp_name, EXECUTIONS_SCHEMA, compression="zstd", write_page_checksum=True) as writer:
+                for path in chunk_paths:
+                    table = read_table(path, EXECUTIONS_SCHEMA)
+                    writer.write_table(table)
+                    n_rows += table.num_rows
+            os.replace(tmp_name, output)
+        except BaseException:
+            Path(tmp_name).unlink(missing_ok=True)
+            raise
     return n_rows
 
 
