@@ -10,6 +10,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -91,10 +92,25 @@ def current_umask() -> int:
     return mask
 
 
+def remove_leftovers(path: Path) -> None:
+    """Delete what a killed write of ``path`` left beside it: its hidden temporary file or staging folder
+    (``.<name>.<8 random characters>.tmp``) and a previous folder renamed aside (``.<name>.old-<pid>``).
+
+    Only one job writes a given output at a time (Snakemake), so a leftover of the same name is dead."""
+    leftover = re.compile(rf"\.{re.escape(path.name)}\.([a-z0-9_]{{8}}\.tmp|old-\d+)")
+    if not path.parent.is_dir():
+        return
+    for entry in path.parent.iterdir():
+        if leftover.fullmatch(entry.name):
+            log.info("removing %s, left by a write of %s that did not finish", entry, path)
+            _remove(entry)
+
+
 def temp_beside(path: Path) -> tuple[int, str]:
     """A hidden temporary file beside ``path`` for an atomic write (fd, name), with the mode a plain
     ``open`` would give: mkstemp makes it 0600, and os.replace would keep that, so colleagues sharing
-    the results folder could not read the outputs."""
+    the results folder could not read the outputs. A temporary file a killed write left is removed."""
+    remove_leftovers(path)
     fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.fchmod(fd, 0o666 & ~current_umask())
     return fd, name
@@ -126,6 +142,7 @@ def replace_folder(target: str | os.PathLike) -> Iterator[Path]:
     target = Path(target)
     with writing(target):
         target.parent.mkdir(parents=True, exist_ok=True)
+        remove_leftovers(target)
         staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
         try:
             staging.chmod(0o777 & ~current_umask())  # mkdtemp makes it private
