@@ -150,10 +150,18 @@ def checkpoints(folder: str | Path) -> dict[int, Path]:
     return found
 
 
+def _whole_state(path: Path) -> bool:
+    """The trainer writes trainer_state.json last and in place: a kill while writing it leaves it cut."""
+    try:
+        return "global_step" in json.loads(path.read_text())
+    except (OSError, ValueError):
+        return False
+
+
 def last_complete_checkpoint(folder: str | os.PathLike) -> Path | None:
-    """The newest ``checkpoint-N`` that has its trainer state (a kill mid-save leaves none)."""
+    """The newest ``checkpoint-N`` whose trainer state is whole (a kill mid-save leaves none, or a cut one)."""
     for _, path in sorted(checkpoints(folder).items(), reverse=True):
-        if (path / "trainer_state.json").is_file():
+        if _whole_state(path / "trainer_state.json"):
             return path
     return None
 
