@@ -25,6 +25,7 @@ import polars as pl
 import pyarrow.parquet as pq
 
 from arc_pipeline.domain.tasks import Task
+from arc_pipeline.generation.process_tree import die_with_parent
 from arc_pipeline.io import read_table, temp_beside, write_table, writing
 from arc_pipeline.sandbox import Sandbox, SandboxConfig
 from arc_pipeline.schemas import EXECUTIONS_SCHEMA
@@ -109,8 +110,12 @@ class _Scoring:
     def __init__(self, workers: int, n_chunks: int) -> None:
         self.workers = workers
         self.n_chunks = n_chunks
+        # the workers die with this process even when it is SIGKILLed (they would wait on their queue forever)
+        context = multiprocessing.get_context("spawn")
         self.pool = (
-            ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) if workers > 0 else None
+            ProcessPoolExecutor(workers, mp_context=context, initializer=die_with_parent, initargs=(os.getpid(),))
+            if workers > 0
+            else None
         )
         self.in_flight: deque[tuple[int, Path, PreparedRun, list[Future], int]] = deque()
         self.started = time.monotonic()
