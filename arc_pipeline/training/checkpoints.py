@@ -199,8 +199,10 @@ def best_checkpoint(folder: str | Path, log_history: list[dict[str, Any]], befor
 
 
 def copy_adapter(checkpoint: Path, folder: Path) -> None:
-    """Copy a checkpoint's adapter (weights, configs, tokenizer) into ``folder``, without the trainer's state."""
+    """Copy a checkpoint's adapter (weights, configs, tokenizer, model card, training arguments) into
+    ``folder``, without the trainer's state: the files ``trainer.save_model`` would have written."""
     for entry in checkpoint.iterdir():
-        wanted = entry.name.startswith("adapter_") or entry.suffix in (".json", ".jinja")
+        wanted = entry.name.startswith("adapter_") or entry.suffix in (".json", ".jinja", ".md")
+        wanted = wanted or entry.name == "training_args.bin"
         if entry.is_file() and wanted and entry.name not in ("trainer_state.json", "rng_state.pth", FINGERPRINT_FILE):
             shutil.copy2(entry, folder / entry.name)

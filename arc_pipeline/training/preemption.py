@@ -52,6 +52,11 @@ class CheckpointOnSigterm(TrainerCallback):
 
     def on_step_end(self, args, state, control, **kwargs):
         if self.requested_at is not None:
+            if state.max_steps and state.global_step >= state.max_steps:
+                # the last step: finishing (the adapter) costs no more than a checkpoint, and needs no rerun
+                log.warning("SIGTERM during the last step: finishing instead of checkpointing")
+                self.requested_at = None
+                return control
             control.should_save = True
             control.should_training_stop = True
         return control
