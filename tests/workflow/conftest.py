@@ -75,6 +75,17 @@ def default_config() -> dict:
     return yaml.safe_load((REPO / "config" / "config.yaml").read_text())
 
 
+@pytest.fixture(scope="session")
+def finished_run(tmp_path_factory) -> Workflow:
+    """The whole workflow on the embedded default config, run once per session (minutes on 2 cores).
+
+    Shared by the end-to-end and the fault-injection tests: they read it and copy it, never change it."""
+    config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    workflow = Workflow(tmp_path_factory.mktemp("e2e"), config)
+    workflow.snakemake()
+    return workflow
+
+
 @pytest.fixture
 def workflow(tmp_path: Path, default_config: dict) -> Workflow:
     return Workflow(tmp_path, default_config)

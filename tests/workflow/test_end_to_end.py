@@ -20,19 +20,8 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def finished(tmp_path_factory, default_config) -> Workflow:
-    workflow = Workflow(tmp_path_factory.mktemp("e2e"), default_config)
-    workflow.snakemake()
-    return workflow
-
-
-@pytest.fixture(scope="module")
-def default_config():
-    import yaml
-
-    from tests.workflow.conftest import REPO
-
-    return yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+def finished(finished_run: Workflow) -> Workflow:
+    return finished_run
 
 
 def test_barc_parts_have_their_tasks(finished: Workflow) -> None:
