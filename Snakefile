@@ -26,6 +26,8 @@ include: "rules/execute.smk"
 include: "rules/refine_dataset.smk"
 include: "rules/train.smk"
 include: "rules/evaluate.smk"
+include: "rules/canary.smk"
+include: "rules/benchmarks.smk"
 
 
 rule all:

@@ -15,11 +15,15 @@ import argparse
 import importlib
 import json
 import logging
+import os
 import sys
 from types import ModuleType
 
 from arc_pipeline.errors import PipelineError
+from arc_pipeline.gpu_memory import record_gpu_memory
 from arc_pipeline.logging_setup import output_to_log, setup_logging
+
+COMPILE_CACHE_VARIABLE = "ARC_PIPELINE_COMPILE_CACHE"
 
 # command name -> (module, one-line help). Stages: one per config section, each a rule of the workflow.
 STAGES: dict[str, tuple[str, str]] = {
@@ -33,12 +37,17 @@ STAGES: dict[str, tuple[str, str]] = {
     "refine-dataset": ("arc_pipeline.stages.refine_dataset", "build the second-turn dataset"),
     "train": ("arc_pipeline.stages.train", "GRPO training of a LoRA adapter"),
     "evaluate": ("arc_pipeline.stages.evaluate", "metric tables, voting, submission and pass@k"),
+    "canary": ("arc_pipeline.stages.canary", "the learning canary's verdict (config/canary.yaml)"),
 }
 # Helpers: steps the rules run between stages, with no config section of their own.
 HELPERS: dict[str, tuple[str, str]] = {
     "shard": ("arc_pipeline.helper_commands.shard", "take one shard of a tasks parquet"),
     "gather": ("arc_pipeline.helper_commands.gather", "concatenate shard parquets"),
     "refine-prompts": ("arc_pipeline.helper_commands.refine_prompts", "evaluation refinement prompts from executions"),
+    "benchmark-summary": (
+        "arc_pipeline.helper_commands.benchmark_summary",
+        "time and memory per rule and job, from the benchmark files",
+    ),
 }
 # Tools for people: reading results, the config reference.
 TOOLS: dict[str, tuple[str, str]] = {
@@ -66,6 +75,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="also write everything the command prints (its log, library output, "
         "warnings, the error that ended it) to this file",
     )
+    parser.add_argument(
+        "--compile-cache",
+        default=os.environ.get(COMPILE_CACHE_VARIABLE),
+        help="GPU commands: folder of the vLLM, Inductor and Triton compile caches, shared by a run's GPU jobs "
+        f"(arc_pipeline/generation/compile_cache.py); default ${COMPILE_CACHE_VARIABLE}, which the workflow sets",
+    )
+    parser.add_argument(
+        "--gpu-memory-file",
+        help="sample the peak GPU memory of the job's GPUs while the command runs (nvidia-smi) and write it to "
+        "this JSON file; null peaks on a machine without GPUs (arc_pipeline/gpu_memory.py)",
+    )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, (_, help_text) in COMMANDS.items():
         subparsers.add_parser(name, help=help_text, add_help=False)
@@ -88,11 +108,13 @@ def _pin_gpus(command: str, args: argparse.Namespace) -> None:
     pin_gpus(count)
 
 
-def _run(command: str, module: ModuleType, args: argparse.Namespace) -> int:
+def _run(command: str, module: ModuleType, args: argparse.Namespace, gpu_memory_file: str | None = None) -> int:
     """The command's exit status; a PipelineError becomes its one line on stderr and status 1."""
     try:
         _pin_gpus(command, args)
-        return int(module.run(args) or 0)
+        # after pinning: the sampler watches the GPUs in CUDA_VISIBLE_DEVICES
+        with record_gpu_memory(gpu_memory_file, command):
+            return int(module.run(args) or 0)
     except PipelineError as error:
         # The message names the file or field and says what to do (arc_pipeline/errors.py): no traceback.
         sys.stderr.write(f"arc-pipeline {command}: {error}\n")
@@ -110,10 +132,14 @@ def main(argv: list[str] | None = None) -> int:
     command_parser = argparse.ArgumentParser(prog=f"arc-pipeline {known.command}", description=help_text)
     module.configure(command_parser)
     args = command_parser.parse_args(rest)
+    if known.compile_cache and known.command in GPU_COMMANDS:
+        from arc_pipeline.generation.compile_cache import use_compile_cache
+
+        use_compile_cache(known.compile_cache)
     if not known.log_file:
         setup_logging(verbose=known.verbose)
         logging.getLogger("arc_pipeline").debug("command %s with %s", known.command, vars(args))
-        return _run(known.command, module, args)
+        return _run(known.command, module, args, known.gpu_memory_file)
     with output_to_log(known.log_file):
         setup_logging(verbose=known.verbose)
         log = logging.getLogger("arc_pipeline")
@@ -122,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
         # stderr; a bug is logged with its traceback, then the exit status alone is raised to avoid
         # printing it twice.
         try:
-            return _run(known.command, module, args)
+            return _run(known.command, module, args, known.gpu_memory_file)
         except KeyboardInterrupt:
             log.error("%s interrupted", known.command)
             raise

@@ -3,6 +3,8 @@ rule arc_tasks:
         result("arc_tasks/tasks.parquet"),
     log:
         log_path("arc_tasks"),
+    benchmark:
+        benchmark_path("arc_tasks")
     params:
         cfg=config_slice("arc_tasks"),
     shell:

@@ -3,6 +3,8 @@ rule barc_download:
         result("barc_download/data.jsonl"),
     log:
         log_path("barc_download"),
+    benchmark:
+        benchmark_path("barc_download")
     params:
         cfg=config_slice("barc", "download"),
     shell:

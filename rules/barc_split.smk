@@ -6,6 +6,8 @@ rule barc_split:
         result("barc_split/part{part}.parquet"),
     log:
         log_path("barc_split/part{part}"),
+    benchmark:
+        benchmark_path("barc_split", "part{part}")
     params:
         cfg=config_slice("barc", "split"),
     shell:

@@ -6,6 +6,8 @@ rule barc_tasks:
         summary=result("barc_tasks/tasks.summary.json"),
     log:
         log_path("barc_tasks"),
+    benchmark:
+        benchmark_path("barc_tasks")
     params:
         cfg=config_slice("barc", "tasks"),
     shell:

@@ -9,6 +9,7 @@ import yaml
 
 from snakemake.utils import validate
 
+from arc_pipeline.config.cluster import gpu_job_resources
 from arc_pipeline.config.prepare import prepare_config
 
 # base: presets, old section names, --config types, one-line errors (see the module). The config comes back
@@ -47,6 +48,11 @@ wildcard_constraints:
 
 
 RESULTS = WORKFLOW.results_dir
+# GPU stages share one compile cache (arc_pipeline/generation/compile_cache.py); on the command line, not in
+# params: moving the cache reruns nothing.
+GPU_STAGE = "arc-pipeline --compile-cache " + shlex.quote(
+    WORKFLOW.cluster.compile_cache_dir or f"{RESULTS}/compile-cache"
+)
 PARTS = list(range(1, WORKFLOW.barc.split.n_parts + 1))
 SHARDS = list(range(WORKFLOW.inference.shards))
 
@@ -59,6 +65,17 @@ def log_path(path):
     return f"{RESULTS}/logs/{path}.log"
 
 
+def benchmark_path(rule_name, job=None):
+    """Snakemake's measurement of one job (wall time, peak RSS of its processes, CPU time):
+    results/benchmarks/<rule>[/<job>].tsv, where <job> spells the wildcards. rule benchmark_summary gathers them."""
+    return f"{RESULTS}/benchmarks/{rule_name}{'/' + job if job else ''}.tsv"
+
+
+def gpu_memory_path(rule_name, job=None):
+    """The peak GPU memory of a GPU job, beside its benchmark file (arc-pipeline --gpu-memory-file)."""
+    return benchmark_path(rule_name, job).removesuffix(".tsv") + ".gpu.json"
+
+
 def config_slice(*keys):
     """The JSON of one config section, shell-quoted. Rules pass it in params:, so a change of this
     section (and only this section) reruns the rule."""
@@ -69,15 +86,21 @@ def config_slice(*keys):
 
 
 def gpu_resources():
-    """HTCondor's request_* names (the plugin reads those) plus `gpus`, which a workstation run limits
-    with --resources gpus=N (profiles/workstation); the HTCondor plugin ignores `gpus`."""
-    gpu = config["cluster"]["gpu"]
-    return {"gpus": gpu["request_gpus"], **{k: v for k, v in gpu.items() if k != "threads"}}
+    """One set of names for every executor: HTCondor's request_*, Slurm's gpu/mem_mb/runtime/slurm_partition,
+    and `gpus`, which a workstation run limits with --resources gpus=N (arc_pipeline/config/cluster.py)."""
+    return gpu_job_resources(WORKFLOW.cluster.gpu)
 
 
-def all_targets():
+def final_outputs():
+    """What the workflow is run for; every job of the DAG is upstream of these."""
     return [
         *expand(result("execute/barc/part{part}.metrics.md"), part=PARTS),
         result("train/adapter"),
         result("evaluate/report/runs.md"),
+        *([result("canary/verdict.md")] if WORKFLOW.canary.enabled else []),
     ]
+
+
+def all_targets():
+    """The final outputs and the time and memory table of the jobs that made them (rules/benchmarks.smk)."""
+    return [*final_outputs(), result("benchmarks/summary.md")]

@@ -68,6 +68,8 @@ rule evaluate_baseline_shard_tasks:
         temp(result("evaluate/baseline/shard{shard}.tasks.parquet")),
     log:
         log_path("evaluate/baseline/shard{shard}.tasks"),
+    benchmark:
+        benchmark_path("evaluate_baseline_shard_tasks", "shard{shard}")
     params:
         n_shards=len(EVAL_SHARDS),
     shell:
@@ -83,13 +85,16 @@ rule evaluate_baseline_inference:
         result("evaluate/baseline/shard{shard}.parquet"),
     log:
         log_path("evaluate/baseline/inference.shard{shard}"),
+    benchmark:
+        benchmark_path("evaluate_baseline_inference", "shard{shard}")
     threads: WORKFLOW.cluster.gpu.threads
     resources:
         **gpu_resources(),
     params:
         cfg=eval_inference_slice(WORKFLOW.evaluate.n_eval),
+        gpu_memory=gpu_memory_path("evaluate_baseline_inference", "shard{shard}"),
     shell:
-        "arc-pipeline --log-file {log} inference --tasks {input.tasks} --model {input.model}"
+        "arc-pipeline --log-file {log} --gpu-memory-file {params.gpu_memory} inference --tasks {input.tasks} --model {input.model}"
         " --output {output} --config-json {params.cfg}"
 
 
@@ -100,6 +105,8 @@ rule evaluate_baseline_gather:
         result("evaluate/baseline/predictions.parquet"),
     log:
         log_path("evaluate/baseline/inference.gather"),
+    benchmark:
+        benchmark_path("evaluate_baseline_gather")
     shell:
         "arc-pipeline --log-file {log} gather --schema predictions --inputs {input} --output {output}"
 
@@ -115,6 +122,8 @@ rule evaluate_refine_prompts:
         dropped=result("evaluate/refine_prompts.dropped.parquet"),
     log:
         log_path("evaluate/refine_prompts"),
+    benchmark:
+        benchmark_path("evaluate_refine_prompts")
     params:
         cfg=refine_prompts_slice(),
         first_half=WORKFLOW.evaluate.first_predictions,
@@ -133,14 +142,17 @@ rule evaluate_refinement_inference:
         result("evaluate/refine_{refiner}/predictions.parquet"),
     log:
         log_path("evaluate/refine_{refiner}/inference"),
+    benchmark:
+        benchmark_path("evaluate_refinement_inference", "{refiner}")
     threads: WORKFLOW.cluster.gpu.threads
     resources:
         **gpu_resources(),
     params:
         cfg=shlex.quote(json.dumps(refinement_inference(), sort_keys=True)),
         adapter=lambda wildcards, input: f"--adapter {input.adapter}" if input.adapter else "",
+        gpu_memory=gpu_memory_path("evaluate_refinement_inference", "{refiner}"),
     shell:
-        "arc-pipeline --log-file {log} inference --refinements {input.refinements} --model {input.model}"
+        "arc-pipeline --log-file {log} --gpu-memory-file {params.gpu_memory} inference --refinements {input.refinements} --model {input.model}"
         " {params.adapter} --output {output} --config-json {params.cfg}"
 
 
@@ -156,6 +168,8 @@ rule evaluate_execute:
         errors_md=result("evaluate/{run}/errors.md"),
     log:
         log_path("evaluate/{run}/execute"),
+    benchmark:
+        benchmark_path("evaluate_execute", "{run}")
     threads: WORKFLOW.cluster.cpu.threads
     params:
         cfg=shlex.quote(json.dumps(evaluation_execution(), sort_keys=True)),
@@ -196,6 +210,8 @@ rule evaluate:
         examples=evaluation_report("examples.png", "examples.rst", "Figures"),
     log:
         log_path("evaluate/report"),
+    benchmark:
+        benchmark_path("evaluate")
     params:
         cfg=config_slice("evaluate"),
         refiners=" ".join(REFINERS),

@@ -17,6 +17,8 @@ rule execute:
         errors_md=result("execute/barc/part{part}.errors.md"),
     log:
         log_path("execute/barc/part{part}"),
+    benchmark:
+        benchmark_path("execute", "part{part}")
     threads: WORKFLOW.cluster.cpu.threads
     params:
         cfg=config_slice("execute"),

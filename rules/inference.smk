@@ -8,6 +8,8 @@ rule inference_shard_tasks:
         temp(result("inference/barc/part{part}/shard{shard}.tasks.parquet")),
     log:
         log_path("inference/barc/part{part}/shard{shard}.tasks"),
+    benchmark:
+        benchmark_path("inference_shard_tasks", "part{part}/shard{shard}")
     params:
         n_shards=WORKFLOW.inference.shards,
     shell:
@@ -23,13 +25,16 @@ rule inference:
         result("inference/barc/part{part}/shard{shard}.parquet"),
     log:
         log_path("inference/barc/part{part}/shard{shard}"),
+    benchmark:
+        benchmark_path("inference", "part{part}/shard{shard}")
     threads: WORKFLOW.cluster.gpu.threads
     resources:
         **gpu_resources(),
     params:
         cfg=config_slice("inference"),
+        gpu_memory=gpu_memory_path("inference", "part{part}/shard{shard}"),
     shell:
-        "arc-pipeline --log-file {log} inference --tasks {input.tasks} --model {input.model}"
+        "arc-pipeline --log-file {log} --gpu-memory-file {params.gpu_memory} inference --tasks {input.tasks} --model {input.model}"
         " --output {output} --config-json {params.cfg}"
 
 
@@ -40,5 +45,7 @@ rule inference_gather:
         result("inference/barc/part{part}.parquet"),
     log:
         log_path("inference/barc/part{part}.gather"),
+    benchmark:
+        benchmark_path("inference_gather", "part{part}")
     shell:
         "arc-pipeline --log-file {log} gather --schema predictions --inputs {input} --output {output}"

@@ -7,6 +7,8 @@ rule model:
         directory(result("model/base")),
     log:
         log_path("model"),
+    benchmark:
+        benchmark_path("model")
     params:
         cfg=config_slice("model"),
     shell:

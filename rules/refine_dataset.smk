@@ -9,6 +9,8 @@ rule refine_dataset:
         result("refine_dataset/refinement.parquet"),
     log:
         log_path("refine_dataset"),
+    benchmark:
+        benchmark_path("refine_dataset")
     params:
         cfg=config_slice("refine_dataset"),
         # training's prompt limit (its one owner): a prompt training would drop never enters the dataset

@@ -1,5 +1,5 @@
 """The dependency sets of pyproject.toml: the CPU set is what is installed here, environment.yml
-mirrors the cluster extras, and the cluster set (gpu + unsloth + condor) resolves on PyPI.
+mirrors the cluster extras, and the cluster set (gpu + unsloth + condor + slurm) resolves on PyPI.
 
 The resolution test asks pip for a dry run with a JSON report. pip reads each wheel's metadata
 through HTTP range requests (`--use-feature=fast-deps`), so the multi-GB CUDA wheels (torch, nvidia-*)
@@ -25,7 +25,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 REPO = Path(__file__).resolve().parents[1]
-CLUSTER_EXTRAS = ("gpu", "unsloth", "condor")
+CLUSTER_EXTRAS = ("gpu", "unsloth", "condor", "slurm")
 LOCAL_EXTRAS = ("cpu", "dev")
 # Packages that the GPU set must resolve to exactly (the pins that make vLLM, TRL and unsloth agree).
 KEY_PACKAGES = ("torch", "vllm", "transformers", "trl", "peft", "datasets", "unsloth", "unsloth-zoo")

@@ -112,6 +112,21 @@ CASES: dict[str, Case | None] = {
             "{out}/report",
         )
     ),
+    "canary": Case(
+        (
+            "--training-metrics",
+            "{missing}",
+            "--tasks",
+            "{missing}",
+            "--reward-metric",
+            "rewards/arc-v2-no-pixel-score/mean",
+            "--output-dir",
+            "{out}/canary",
+        )
+    ),
+    "benchmark-summary": Case(
+        ("--benchmarks", "{missing}", "--output-md", "{out}/s.md", "--output-html", "{out}/s.html"), None
+    ),
     "inspect": Case(("{missing}",), None),
     "config-reference": None,  # writes the reference from the models: no input file, no --config-json
 }

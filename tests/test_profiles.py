@@ -85,14 +85,16 @@ def _cluster_config(configfile: str | None) -> dict[str, Any]:
     return cluster
 
 
-def _dry_run_in_process(argv: list[str], monkeypatch: pytest.MonkeyPatch) -> tuple[Workflow, Any]:
+def _dry_run_in_process(
+    argv: list[str], monkeypatch: pytest.MonkeyPatch, executor: str = "htcondor"
+) -> tuple[Workflow, Any]:
     """Run `snakemake ARGV` in this process as a cluster run would, but with the dry-run executor.
 
     `snakemake -n` would cap every job's threads at --cores 1; a real cluster run leaves cores unset,
     so jobs keep their rule's threads (which become request_cpus). We therefore parse the command
     line exactly as for a real run and swap only the executor used by Workflow.execute for the
-    dry-run one. Returns the workflow (with its DAG) and the htcondor executor settings Snakemake
-    built from the profile."""
+    dry-run one. Returns the workflow (with its DAG) and the executor settings Snakemake built from
+    the profile (its executor must be EXECUTOR)."""
     captured: dict[str, Any] = {}
     original_execute = Workflow.execute
     dryrun_plugin = ExecutorPluginRegistry().get_plugin("dryrun")
@@ -109,7 +111,7 @@ def _dry_run_in_process(argv: list[str], monkeypatch: pytest.MonkeyPatch) -> tup
     monkeypatch.setattr(Workflow, "execute", execute_as_dry_run)
     parser, args = cli.parse_args(argv)
     assert cli.args_to_api(args, parser), f"snakemake {' '.join(argv)} failed (see the log above)"
-    assert captured["plugin"].name == "htcondor", "the condor profile must select the htcondor executor"
+    assert captured["plugin"].name == executor, f"the profile must select the {executor} executor"
     return captured["workflow"], captured["settings"]
 
 
@@ -271,6 +273,7 @@ def _expected_counts(configfile: str | None) -> dict[str, int]:
         "evaluate_refinement_inference": refiners,
         "evaluate_execute": 1 + refiners,  # the baseline and each refiner
         "evaluate": 1,
+        "benchmark_summary": 1,
         "all": 1,
     }
 

@@ -19,6 +19,7 @@ from arc_pipeline.stages.arc_tasks import ArcTasksConfig
 from arc_pipeline.stages.barc_download import BarcDownloadConfig
 from arc_pipeline.stages.barc_split import BarcSplitConfig
 from arc_pipeline.stages.barc_tasks import BarcTasksConfig
+from arc_pipeline.stages.canary import CanaryConfig
 from arc_pipeline.stages.evaluate import EvaluateConfig
 from arc_pipeline.stages.execute import ExecuteConfig
 from arc_pipeline.stages.inference import InferenceConfig
@@ -38,16 +39,32 @@ class BarcConfig(BaseModel):
 
 
 class GpuJobConfig(BaseModel):
-    """What a GPU job (inference, train) asks the cluster for; HTCondor's submit names."""
+    """What a GPU job (inference, train) asks the cluster for, in HTCondor's submit names; the Slurm requests
+    are derived from the same values (arc_pipeline/config/cluster.py)."""
 
     model_config = ConfigDict(extra="forbid")
 
     request_gpus: NonNegativeInt = Field(
-        1, description="GPUs per job (also the `gpus` resource a workstation run limits with --resources gpus=N)"
+        1,
+        description="GPUs per job (HTCondor request_gpus, Slurm --gpus; also the `gpus` resource a workstation "
+        "run limits with --resources gpus=N)",
     )
-    request_memory: str = Field("64GB", description="host memory per job")
-    request_disk: str = Field("100GB", description="scratch disk per job")
-    gpus_minimum_memory: int = Field(40000, description="MiB of GPU memory a matching GPU has at least")
+    request_memory: str = Field(
+        "64GB", description="host memory per job, HTCondor units (MiB if a bare number; Slurm --mem in MiB)"
+    )
+    request_disk: str = Field(
+        "100GB", description="scratch disk per job, HTCondor units (KiB if a bare number; Snakemake's disk_mb)"
+    )
+    gpus_minimum_memory: int = Field(
+        40000,
+        description="MiB of GPU memory a matching GPU has at least (HTCondor; on Slurm choose slurm_gpu_model "
+        "or slurm_partition accordingly)",
+    )
+    runtime: PositiveInt = Field(1440, description="wall-clock limit per job in minutes (Slurm -t)")
+    slurm_partition: str | None = Field(None, description="Slurm partition of GPU jobs (null: the cluster's default)")
+    slurm_gpu_model: str | None = Field(
+        None, description="Slurm GPU type, e.g. h100 (--gpus=<model>:<n>; null: any GPU of the partition)"
+    )
     threads: PositiveInt = Field(
         8,
         description="CPU threads per job (Snakemake's `threads`; the training "
@@ -68,12 +85,19 @@ class CpuJobConfig(BaseModel):
 
 
 class ClusterConfig(BaseModel):
-    """Resources of the jobs (HTCondor requests through profiles/condor; `threads` everywhere)."""
+    """Resources of the jobs (HTCondor requests through profiles/condor, Slurm requests through profiles/slurm;
+    `threads` everywhere)."""
 
     model_config = ConfigDict(extra="forbid")
 
     gpu: GpuJobConfig = Field(default_factory=GpuJobConfig, description="GPU jobs")
     cpu: CpuJobConfig = Field(default_factory=CpuJobConfig, description="CPU jobs")
+    compile_cache_dir: str | None = Field(
+        None,
+        description="folder of the vLLM / Inductor / Triton compile caches that every GPU job of the run shares "
+        "(engine starts: 50-85 s cold, under 20 s warm); null = <results_dir>/compile-cache. On a cluster, a "
+        "scratch folder every node reaches. Not a rerun trigger",
+    )
 
 
 class WorkflowConfig(BaseModel):
@@ -95,6 +119,9 @@ class WorkflowConfig(BaseModel):
     refine_dataset: RefineDatasetConfig = Field(description="stage refine_dataset: the second-turn training set")
     train: TrainConfig = Field(description="stage train: GRPO of the refinement LoRA")
     evaluate: EvaluateConfig = Field(description="stage evaluate: the ARC-AGI evaluation runs and their tables")
+    canary: CanaryConfig = Field(
+        default_factory=CanaryConfig, description="stage canary: the learning canary's verdict (config/canary.yaml)"
+    )
     cluster: ClusterConfig = Field(default_factory=ClusterConfig, description="job resources")
 
 

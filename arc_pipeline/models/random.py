@@ -8,6 +8,7 @@ answer with trivial programs, so that refinement and GRPO get data.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from pathlib import Path
 from typing import Any, Literal
@@ -22,7 +23,7 @@ from arc_pipeline.models.tokenizer import (
     tokenizer_corpus,
 )
 from arc_pipeline.models.tokens import END_OF_MESSAGE_TOKEN, END_OF_TEXT_TOKEN, END_OF_TURN_TOKEN
-from arc_pipeline.models.warmup import warm_up
+from arc_pipeline.models.warmup import WarmupAnswers, warm_up, warmup_bodies
 
 log = logging.getLogger(__name__)
 
@@ -86,16 +87,28 @@ class RandomModelConfig(BaseModel):
         3e-4, gt=0, description="peak AdamW learning rate of the warm-up (deep models need far less than tiny's)"
     )
     warmup_batch_size: int = Field(16, ge=1, description="sequences per warm-up step")
+    warmup_answers: WarmupAnswers = Field(
+        "trivial",
+        description="what the warm-up answers with: trivial (a few trivial programs, some failing on purpose) or "
+        "canary (the canary family's programs, arc_pipeline/domain/canary.py, uniformly: config/canary.yaml)",
+    )
 
 
 def build_random_model(tasks_path: Path, output: Path, config: RandomModelConfig) -> dict[str, Any]:
     """Write random weights of ``config.shape`` and a full Llama 3 tokenizer into ``output``."""
+    # read at the first CUDA allocation: the warm-up of an 8B model needs nearly all of an 80 GB card, and
+    # fragmentation otherwise strands gigabytes of it
+    os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
     import torch
     from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
 
     tasks = corpus_tasks(tasks_path, config.corpus_tasks)
     shape = config.shape
-    tokenizer = llama3_tokenizer(tokenizer_corpus(tasks, config.corpus_tasks), config.bpe_vocab_size, 131072)
+    tokenizer = llama3_tokenizer(
+        tokenizer_corpus(tasks, config.corpus_tasks, warmup_bodies(config.warmup_answers)),
+        config.bpe_vocab_size,
+        131072,
+    )
     stop_tokens = (END_OF_TEXT_TOKEN, END_OF_MESSAGE_TOKEN, END_OF_TURN_TOKEN)
     stop_ids = [tokenizer.convert_tokens_to_ids(token) for token in stop_tokens]
     model_config = LlamaConfig(

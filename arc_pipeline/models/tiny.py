@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from arc_pipeline.models.tokenizer import corpus_tasks, tokenizer_corpus, train_tokenizer
 from arc_pipeline.models.tokens import END_OF_MESSAGE_TOKEN, END_OF_TEXT_TOKEN, END_OF_TURN_TOKEN
-from arc_pipeline.models.warmup import warm_up
+from arc_pipeline.models.warmup import WarmupAnswers, warm_up, warmup_bodies
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +56,11 @@ class TinyModelConfig(BaseModel):
         5e-3, gt=0, description="peak AdamW learning rate of the warm-up (10% linear ramp, then linear decay)"
     )
     warmup_batch_size: int = Field(16, ge=1, description="sequences per warm-up step")
+    warmup_answers: WarmupAnswers = Field(
+        "trivial",
+        description="what the warm-up answers with: trivial (a few trivial programs, some failing on purpose) or "
+        "canary (the canary family's programs, arc_pipeline/domain/canary.py, uniformly: config/canary.yaml)",
+    )
 
     @model_validator(mode="after")
     def _head_size(self) -> TinyModelConfig:
@@ -75,7 +80,7 @@ def build_tiny_model(tasks_path: Path, output: Path, config: TinyModelConfig) ->
     from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
 
     tasks = corpus_tasks(tasks_path, config.corpus_tasks)
-    corpus = tokenizer_corpus(tasks, config.corpus_tasks)
+    corpus = tokenizer_corpus(tasks, config.corpus_tasks, warmup_bodies(config.warmup_answers))
     tokenizer = train_tokenizer(corpus, config.vocab_size, config.max_position_embeddings)
     # Like Llama 3.1's generation config: end of turn, end of text and end of message all stop.
     stop_tokens = (END_OF_TURN_TOKEN, END_OF_TEXT_TOKEN, END_OF_MESSAGE_TOKEN)

@@ -125,13 +125,13 @@ LLAMA3_SPECIAL_TOKENS = (
 )
 
 
-def tokenizer_corpus(tasks: list[Any], max_tasks: int) -> list[str]:
+def tokenizer_corpus(tasks: list[Any], max_tasks: int, bodies: tuple[str, ...] = WARMUP_BODIES) -> list[str]:
     """Texts the tiny tokenizer learns its merges from: first-turn and refinement messages, an answer."""
     from arc_pipeline.domain.prompts import first_turn_messages, refinement_messages
 
     texts: list[str] = [EXAMPLE_ANSWER, *_module_sources(CODE_MODULES)]
     # The warm-up answers, often enough that their words become single tokens (short completions).
-    texts.extend(warmup_answer(body) for body in WARMUP_BODIES for _ in range(WARMUP_CORPUS_REPEATS))
+    texts.extend(warmup_answer(body) for body in bodies for _ in range(WARMUP_CORPUS_REPEATS))
     for task in tasks[:max_tasks]:
         order = range(len(task.train))
         texts.extend(message["content"] for message in first_turn_messages(task, order, 0))

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
+from arc_pipeline.domain.canary import CANARY_BODIES
 from arc_pipeline.models.tokens import END_OF_TURN_TOKEN
 
 log = logging.getLogger(__name__)
@@ -20,6 +21,7 @@ class WarmupSettings(Protocol):
     warmup_steps: int
     warmup_learning_rate: float
     warmup_batch_size: int
+    warmup_answers: WarmupAnswers
 
 
 # Bodies of the warm-up answers (see warm_up): trivial programs, so that samples differ. Most give a
@@ -38,6 +40,15 @@ WARMUP_BODIES = (
 )
 
 
+WarmupAnswers = Literal["trivial", "canary"]
+
+
+def warmup_bodies(answers: WarmupAnswers) -> tuple[str, ...]:
+    """The bodies a warm-up draws from: the trivial set, or the canary family's programs
+    (arc_pipeline/domain/canary.py), so that the base model guesses among them uniformly."""
+    return CANARY_BODIES if answers == "canary" else WARMUP_BODIES
+
+
 def warmup_answer(body: str) -> str:
     """A short BARC-style answer: a fenced program defining ``transform`` with ``body``."""
     return f"```python\nfrom common import *\n\ndef transform(input_grid):\n    {body}\n```"
@@ -47,7 +58,9 @@ WARMUP_TAIL = (8, 24)  # an example keeps the last 8..24 tokens of a real prompt
 WARMUP_SAMPLE = 32  # and this many sampled from the rest (see warm_up)
 
 
-def warmup_prompts(tasks: list[Any], tokenizer: Any, rng: Any) -> list[tuple[list[int], bool]]:
+def warmup_prompts(
+    tasks: list[Any], tokenizer: Any, rng: Any, bodies: tuple[str, ...] = WARMUP_BODIES
+) -> list[tuple[list[int], bool]]:
     """Token ids of real prompts, two per task: (ids, is_first_turn).
 
     A first-turn prompt of the randomly augmented task (it ends inside the assistant turn) and a
@@ -67,7 +80,7 @@ def warmup_prompts(tasks: list[Any], tokenizer: Any, rng: Any) -> list[tuple[lis
         order = [int(i) for i in rng.permutation(len(task.train))]
         test_index = int(rng.integers(len(task.test)))
         first = render_first_turn(tokenizer, first_turn_messages(augmented, order, test_index))
-        previous = "\n" + warmup_answer(WARMUP_BODIES[int(rng.integers(len(WARMUP_BODIES)))])
+        previous = "\n" + warmup_answer(bodies[int(rng.integers(len(bodies)))])
         second = render_refinement(
             tokenizer, refinement_messages(augmented, test_index, previous, augmented.train_inputs)
         )
@@ -111,12 +124,13 @@ def _warm_up(model: Any, tokenizer: Any, tasks: list[Any], config: WarmupSetting
 
     started = time.perf_counter()
     rng = np.random.default_rng(config.seed)
-    prompts = warmup_prompts(tasks, tokenizer, rng)
+    bodies = warmup_bodies(config.warmup_answers)
+    prompts = warmup_prompts(tasks, tokenizer, rng, bodies)
     eot = tokenizer.convert_tokens_to_ids(END_OF_TURN_TOKEN)
     answers = {
         is_first: [
             tokenizer(("\n" if is_first else "") + warmup_answer(body), add_special_tokens=False).input_ids + [eot]
-            for body in WARMUP_BODIES
+            for body in bodies
         ]
         for is_first in (True, False)
     }
@@ -126,7 +140,11 @@ def _warm_up(model: Any, tokenizer: Any, tasks: list[Any], config: WarmupSetting
     blocked = torch.finfo(dtype).min
     torch.manual_seed(config.seed)
     model.train()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=config.warmup_learning_rate, weight_decay=0.0)
+    # On a GPU the fused kernel: the default multi-tensor one allocates temporaries as large as the weights,
+    # which an 8B model's full fine-tuning (weights, gradients and two moments: 64 GiB) cannot afford on 80 GB.
+    optimizer = torch.optim.AdamW(
+        model.parameters(), lr=config.warmup_learning_rate, weight_decay=0.0, fused=device.type == "cuda"
+    )
     ramp = max(1, config.warmup_steps // 10)
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda step: min(1.0, (step + 1) / ramp) * max(0.05, 1 - step / config.warmup_steps)
@@ -140,7 +158,7 @@ def _warm_up(model: Any, tokenizer: Any, tasks: list[Any], config: WarmupSetting
             rest = len(prompt) - 1 - tail  # tokens between <|begin_of_text|> and the tail
             sample = min(WARMUP_SAMPLE, rest)
             kept = np.sort(rng.choice(np.arange(1, 1 + rest), size=sample, replace=False))
-            answer = answers[is_first][int(rng.integers(len(WARMUP_BODIES)))]
+            answer = answers[is_first][int(rng.integers(len(bodies)))]
             ids = [bos, *(prompt[i] for i in kept), *prompt[-tail:], *answer]
             positions = [0, *kept.tolist(), *range(len(prompt) - tail, len(prompt) + len(answer))]
             rows.append((ids, positions, sample, tail, math.log(rest / sample) if sample else 0.0))

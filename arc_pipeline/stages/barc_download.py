@@ -1,13 +1,15 @@
 """Stage ``barc_download``: fetch BARC's ``data_100k.jsonl`` (or copy a local/bundled jsonl).
 
 The real dataset lives on the Hugging Face hub (``source: hub``); ``source: local`` copies a jsonl you
-downloaded yourself, and ``source: bundled`` copies the small sample shipped in the package (the
-embedded default, made from ARC-AGI-1 training tasks by ``scripts/make_barc_sample.py``).
+downloaded yourself, ``source: bundled`` copies the small sample shipped in the package (the
+embedded default, made from ARC-AGI-1 training tasks by ``scripts/make_barc_sample.py``), and
+``source: canary`` writes rows of the learning canary's task family (arc_pipeline/domain/canary.py).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import shutil
 import tempfile
@@ -18,6 +20,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from arc_pipeline.config.slices import add_config_argument, parse_config
+from arc_pipeline.domain.canary import CanaryTasksConfig, canary_rows
 from arc_pipeline.errors import PipelineError
 from arc_pipeline.io import InputFileError
 
@@ -31,11 +34,16 @@ class BarcDownloadConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    source: Literal["hub", "local", "bundled"] = Field("bundled", description="where the jsonl comes from")
+    source: Literal["hub", "local", "bundled", "canary"] = Field(
+        "bundled", description="where the jsonl comes from (canary: generated canary tasks, see canary)"
+    )
     repo_id: str = Field(BARC_DATASET, description="hub dataset repository (source: hub)")
     filename: str = Field("data_100k.jsonl", description="file inside the dataset repository")
     revision: str = Field("main", description="hub revision: branch, tag or commit")
     local_path: str | None = Field(None, description="a jsonl on disk (source: local)")
+    canary: CanaryTasksConfig = Field(
+        default_factory=CanaryTasksConfig, description="the canary training tasks (source: canary)"
+    )
 
 
 def bundled_sample_path() -> Path:
@@ -69,6 +77,8 @@ def fetch(config: BarcDownloadConfig, output: Path) -> None:
     partial = output.with_name(output.name + ".partial")
     if config.source == "hub":
         download_from_hub(config, partial)
+    elif config.source == "canary":
+        partial.write_text("".join(json.dumps(row) + "\n" for row in canary_rows(config.canary)))
     else:
         source = bundled_sample_path() if config.source == "bundled" else Path(config.local_path or "")
         if config.source == "local" and not config.local_path:

@@ -58,6 +58,13 @@ class TrainConfig(BaseModel):
     )
     use_vllm: bool = Field(False, description="generate with vLLM colocated in the training process (GPU only)")
     vllm_gpu_memory_utilization: float = Field(0.3, gt=0, le=1, description="published run: 0.3")
+    vllm_enable_sleep_mode: bool = Field(
+        False,
+        description="put the colocated vLLM engine to sleep (weights and KV cache off the GPU) while the policy "
+        "trains, and wake it for generation: the training step gets the engine's memory back "
+        "(benchmarks/gpu_grpo.py measures it)",
+    )
+    torch_compile: bool = Field(False, description="torch.compile the policy (transformers' torch_compile)")
     use_cpu: bool = Field(False, description="train on the CPU (tests, the embedded default config)")
     bf16: bool = Field(True, description="bf16 mixed precision (published run: bf16); False on CPU")
     gradient_checkpointing: bool = Field(True, description="recompute activations to fit 8B + 9.7k tokens on a GPU")

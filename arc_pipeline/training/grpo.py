@@ -166,6 +166,8 @@ def grpo_arguments(config: TrainConfig, output_dir: str | os.PathLike, reward_we
         "use_vllm": config.use_vllm,
         "vllm_mode": "colocate",
         "vllm_gpu_memory_utilization": config.vllm_gpu_memory_utilization,
+        "vllm_enable_sleep_mode": config.vllm_enable_sleep_mode,
+        "torch_compile": config.torch_compile,
         "vllm_max_model_length": config.max_seq_length,
         # checkpoints and logging
         "save_strategy": "steps",
@@ -285,6 +287,7 @@ def train(
     from arc_pipeline.sandbox import Sandbox, SandboxConfig
     from arc_pipeline.scoring.rules import max_output_side
     from arc_pipeline.training.callbacks import CollapseGuard, LiveMetrics, metrics_rows
+    from arc_pipeline.training.phases import PhaseTimer
     from arc_pipeline.training.preemption import CheckpointOnSigterm
     from arc_pipeline.training.rewards import ArcReward, soft_overlong_penalty
 
@@ -297,6 +300,7 @@ def train(
     model, tokenizer, peft_config = load_model(config, model_dir)
     dataset, dataset_counts = load_refinement_dataset(dataset_path, tokenizer, config)
     guard = CollapseGuard(config.collapse_guard)
+    phases = PhaseTimer()
     sandbox_config = SandboxConfig(
         workers=config.reward_workers(),
         timeout_s=config.execution_timeout_s,
@@ -325,10 +329,11 @@ def train(
             train_dataset=dataset,
             processing_class=tokenizer,
             peft_config=peft_config,
-            callbacks=[guard, LiveMetrics(metrics_path, metrics_rows, TRAINING_METRICS_SCHEMA), *callbacks],
+            callbacks=[guard, phases, LiveMetrics(metrics_path, metrics_rows, TRAINING_METRICS_SCHEMA), *callbacks],
             **({"rollout_func": rollout} if rollout is not None else {}),
         )
         trainer.add_callback(CheckpointOnSigterm())  # SIGTERM (preemption): checkpoint, then stop
+        phases.attach(trainer)
         trainer.train(resume_from_checkpoint=str(resume) if resume else None)
     share_like_umask(checkpoint_dir)  # checkpoints too are for colleagues to read (safetensors: 0600)
     state = trainer.state

@@ -21,6 +21,7 @@ import yaml
 
 from arc_pipeline.io import write_table
 from arc_pipeline.schemas import REFINEMENT_SCHEMA
+from tests.ci_helpers import tool_missing
 from tests.evaluation import evaluation_helpers as data
 from tests.workflow.conftest import REPO, Workflow
 
@@ -167,7 +168,7 @@ def test_report_embeds_tables_and_figures_and_renders(workflow: Workflow, tmp_pa
     assert all(base64.b64decode(chunk[:96])[:4] == b"\x89PNG" for _, chunk in embedded)
 
     if CHROMIUM is None:
-        pytest.skip("chromium is not installed (apt-get install chromium): report written, not rendered")
+        tool_missing("chromium is not installed (apt-get install chromium): report written, not rendered")
     profile = tmp_path / "chromium-profile"
     landing = tmp_path / "report.png"
     screenshot(report.as_uri(), landing, profile)
@@ -203,7 +204,7 @@ def test_report_of_finished_parts_before_evaluation(workflow: Workflow, tmp_path
     assert "evaluate/report" not in html
 
     if CHROMIUM is None:
-        pytest.skip("chromium is not installed (apt-get install chromium): report written, not rendered")
+        tool_missing("chromium is not installed (apt-get install chromium): report written, not rendered")
     page = open_result(report, "Other", "part1.metrics.html", tmp_path / "report-part1.html", category="BARC inference")
     png = tmp_path / "report-part1.metrics.png"
     screenshot(page.as_uri(), png, tmp_path / "chromium-profile")

@@ -10,18 +10,15 @@ consistent with what it was built from.
 from __future__ import annotations
 
 import json
+import shutil
 
 import polars as pl
 import pytest
 
+from tests.test_profiles import GPU_RULES
 from tests.workflow.conftest import Workflow
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def finished(finished_run: Workflow) -> Workflow:
-    return finished_run
 
 
 def test_barc_parts_have_their_tasks(finished: Workflow) -> None:
@@ -94,6 +91,37 @@ def test_the_report_builds_from_the_finished_run(finished: Workflow) -> None:
     finished.snakemake("--report", str(report))
     html = report.read_text()
     assert "runs.md" in html and len(html) > 100_000
+    assert "summary.html" in html and "Time and memory" in html  # the per-rule table (rules/benchmarks.smk)
+
+
+def test_every_job_is_benchmarked_and_tabled_for_the_report(finished: Workflow) -> None:
+    """Each job's `benchmark:` file exists (one per job of the DAG), GPU jobs add their GPU record (null peaks
+    on this CPU machine), and the summary holds one row per rule with its job count and measurements."""
+    planned = finished.planned_jobs("--forceall")
+    assert finished.benchmarked_jobs() == {rule: n for rule, n in planned.items() if rule != "all"}
+    gpu_records = sorted(finished.path("benchmarks").rglob("*.gpu.json"))
+    assert len(gpu_records) == sum(planned[rule] for rule in GPU_RULES)
+    for path in gpu_records:
+        record = json.loads(path.read_text())
+        assert record["command"] in ("inference", "train") and record["seconds"] > 0
+        if shutil.which("nvidia-smi") is None:
+            assert record["peak_used_mib"] is None and "nvidia-smi not found" in record["note"]
+
+    summary = finished.path("benchmarks/summary.md").read_text()
+    per_rule = summary.split("## Per job")[0]
+    rows = [line.split("|")[1:-1] for line in per_rule.splitlines() if line.startswith("| ")][1:]
+    table = {cells[0].strip(): [cell.strip() for cell in cells[1:]] for cells in rows}
+    assert set(table) == set(planned) - {"all", "benchmark_summary"}
+    for rule, (jobs, wall_total, _longest, _cpu, _rss, gpu) in table.items():
+        assert int(jobs) == planned[rule], rule
+        assert float(wall_total) > 0, rule
+        assert gpu == "-" or rule in GPU_RULES
+    # vLLM's engine runs in a child process: the job's max RSS counts it (a tiny model still needs > 500 MB)
+    assert float(table["inference"][4]) > 500
+    assert (
+        finished.path("benchmarks/summary.html").read_text().count("<tr>")
+        == len(table) + sum(planned[rule] for rule in table) + 2
+    )  # the header rows of both tables
 
 
 def test_second_run_has_nothing_to_do(finished: Workflow) -> None:

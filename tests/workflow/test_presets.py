@@ -13,6 +13,7 @@ from pathlib import Path
 
 import yaml
 
+from arc_pipeline.cli import build_parser
 from arc_pipeline.training.config import TrainConfig
 
 REPO = Path(__file__).resolve().parents[2]
@@ -69,7 +70,9 @@ def planned_configs(target: str, *extra: str) -> dict[str, list[tuple[list[str],
     for line in (result.stdout + result.stderr).splitlines():
         if "arc-pipeline --log-file" in line and "--config-json" in line:
             words = shlex.split(re.sub(r"^.*?arc-pipeline", "arc-pipeline", line))
-            planned.setdefault(words[3], []).append((words, json.loads(words[-1])))
+            # the command after the global options (--log-file, and --gpu-memory-file for GPU jobs), as the CLI reads it
+            command = build_parser().parse_known_args(words[1:])[0].command
+            planned.setdefault(command, []).append((words, json.loads(words[-1])))
     return planned
 
 

@@ -1,0 +1,55 @@
+"""The resources a GPU rule declares, for every executor at once, from one ``cluster.gpu`` section.
+
+Each executor plugin reads its own names and ignores the others', so one dict serves all runs:
+
+* HTCondor (profiles/condor): ``request_gpus``, ``request_memory``, ``request_disk``, ``gpus_minimum_memory``
+  exactly as written in the config (HTCondor units);
+* Slurm (profiles/slurm): ``gpu`` (sbatch ``--gpus``; with ``gpu_model`` ``--gpus=<model>:<n>``), ``mem_mb``
+  (``--mem``), ``runtime`` (``-t``, minutes), ``slurm_partition`` (``-p``); the job step inside the
+  allocation reads ``gpus``;
+* a workstation (profiles/workstation): ``gpus``, limited by ``--resources gpus=N``;
+* Snakemake's standard ``mem_mb`` and ``disk_mb``, which other executors read.
+
+``threads`` is not a resource: rules set it (it becomes request_cpus and --cpus-per-task).
+"""
+
+from __future__ import annotations
+
+import re
+
+from arc_pipeline.config.workflow import GpuJobConfig
+
+# HTCondor's size suffixes are binary: K = KiB, M = MiB, G = GiB, T = TiB (a trailing B is optional).
+_HTCONDOR_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)B?\s*$", re.IGNORECASE)
+_MIB_PER_UNIT = {"K": 1 / 1024, "M": 1, "G": 1024, "T": 1024 * 1024}
+
+
+def htcondor_size_mib(value: str | int, bare_unit: str) -> int:
+    """An HTCondor size (``64GB``, ``8000``) in MiB; a bare number is in ``bare_unit`` (``M`` for
+    request_memory, ``K`` for request_disk, as HTCondor reads them). Rounded up: a request never shrinks."""
+    match = _HTCONDOR_SIZE.match(str(value))
+    if not match:
+        raise ValueError(f"{value!r} is not an HTCondor size such as 64GB, 512MB or 8000")
+    number, unit = float(match.group(1)), (match.group(2) or bare_unit).upper()
+    mib = number * _MIB_PER_UNIT[unit]
+    return max(1, int(-(-mib // 1)))
+
+
+def gpu_job_resources(gpu: GpuJobConfig) -> dict[str, int | str]:
+    """The ``resources:`` of every GPU rule (see the module docstring for who reads which name)."""
+    resources: dict[str, int | str] = {
+        "gpus": gpu.request_gpus,
+        "request_gpus": gpu.request_gpus,
+        "request_memory": gpu.request_memory,
+        "request_disk": gpu.request_disk,
+        "gpus_minimum_memory": gpu.gpus_minimum_memory,
+        "gpu": gpu.request_gpus,
+        "mem_mb": htcondor_size_mib(gpu.request_memory, "M"),
+        "disk_mb": htcondor_size_mib(gpu.request_disk, "K"),
+        "runtime": gpu.runtime,
+    }
+    if gpu.slurm_partition:
+        resources["slurm_partition"] = gpu.slurm_partition
+    if gpu.slurm_gpu_model and gpu.request_gpus:
+        resources["gpu_model"] = gpu.slurm_gpu_model
+    return resources

@@ -1,0 +1,211 @@
+"""The learning canary's verdict (docs/canary.md): did training raise its reward, and does the RL-refiner beat
+base refines on held-out tasks?
+
+Two numbers decide, each against a threshold of ``canary`` (arc_pipeline/stages/canary.py):
+
+* the training reward: the mean of the ARC reward over the last ``window`` share of logged steps, divided
+  by its mean over the first ``window`` share;
+* the held-out gain: the RL-refiner's ``is_correct`` minus base refines', averaged over the evaluation
+  tasks, with a paired bootstrap over tasks for its 95% interval.
+
+Pure functions over the training metrics (``TRAINING_METRICS_SCHEMA``) and the evaluation's per-task
+table (``RUN_TASK_METRICS_SCHEMA``), so the benchmark that runs several seeds shares them.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import polars as pl
+
+BASE_REFINES_RUN = "refine_base"
+RL_REFINER_RUN = "refine_rl"
+BASELINE_RUN = "baseline"
+
+
+@dataclass(frozen=True)
+class RewardWindows:
+    """Mean reward over the first and last ``window`` share of the logged steps."""
+
+    steps: int
+    window: float
+    first: float
+    last: float
+
+    @property
+    def ratio(self) -> float:
+        if self.first <= 0:
+            return math.inf if self.last > 0 else math.nan
+        return self.last / self.first
+
+
+def reward_curve(metrics: pl.DataFrame, metric: str) -> pl.DataFrame:
+    """``step``, ``value`` of one metric, one row per logged step, in step order (nulls dropped)."""
+    curve = metrics.filter((pl.col("name") == metric) & pl.col("value").is_not_null()).select("step", "value")
+    return curve.unique(subset="step", keep="last").sort("step")
+
+
+def reward_windows(metrics: pl.DataFrame, metric: str, window: float) -> RewardWindows:
+    """The first and last windows of ``metric``; fails naming the metric when too few steps were logged."""
+    curve = reward_curve(metrics, metric)
+    size = math.ceil(curve.height * window)
+    if curve.height < 2 or 2 * size > curve.height:
+        raise ValueError(
+            f"training metric {metric!r}: {curve.height} logged steps cannot give two disjoint {window:.0%} "
+            "windows; train longer or log every step (train.logging_steps: 1)"
+        )
+    values = curve["value"].to_numpy()
+    return RewardWindows(
+        steps=curve.height, window=window, first=float(values[:size].mean()), last=float(values[-size:].mean())
+    )
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A mean with its 95% bootstrap interval."""
+
+    mean: float
+    low: float
+    high: float
+
+
+def per_task(tasks: pl.DataFrame, run: str, column: str = "is_correct") -> pl.DataFrame:
+    rows = tasks.filter(pl.col("run") == run).select("task_id", pl.col(column).fill_null(0.0).alias(run))
+    if rows.height == 0:
+        raise ValueError(f"the evaluation's task table has no run {run!r}")
+    return rows
+
+
+def bootstrap_means(
+    tasks: pl.DataFrame, runs: list[str], samples: int, seed: int, column: str = "is_correct"
+) -> dict[str, Estimate]:
+    """Each run's mean ``column`` over tasks, and the RL-refiner's gain over base refines, with paired
+    bootstrap intervals (the same resampled tasks for every run); tasks a run lacks count 0."""
+    joined = per_task(tasks, runs[0], column)
+    for run in runs[1:]:
+        joined = joined.join(per_task(tasks, run, column), on="task_id", how="full", coalesce=True)
+    joined = joined.fill_null(0.0).sort("task_id")
+    values = {run: joined[run].to_numpy() for run in runs}
+    if BASE_REFINES_RUN in values and RL_REFINER_RUN in values:
+        values["gain"] = values[RL_REFINER_RUN] - values[BASE_REFINES_RUN]
+    rng = np.random.default_rng(seed)
+    picks = rng.integers(joined.height, size=(samples, joined.height))
+    estimates = {}
+    for name, array in values.items():
+        resampled = array[picks].mean(axis=1)
+        low, high = np.quantile(resampled, [0.025, 0.975])
+        estimates[name] = Estimate(float(array.mean()), float(low), float(high))
+    return estimates
+
+
+@dataclass(frozen=True)
+class Verdict:
+    passed: bool
+    reward_first: float
+    reward_last: float
+    reward_ratio: float
+    reward_steps: int
+    window: float
+    heldout_tasks: int
+    is_correct: dict[str, dict[str, float]]
+    gain: dict[str, float]
+    min_reward_ratio: float
+    min_is_correct_gain: float
+    reasons: list[str]
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def decide(
+    windows: RewardWindows,
+    estimates: dict[str, Estimate],
+    heldout_tasks: int,
+    min_reward_ratio: float,
+    min_is_correct_gain: float,
+) -> Verdict:
+    """Pass when both thresholds are met; ``reasons`` names each one missed."""
+    reasons = []
+    if not windows.ratio >= min_reward_ratio:
+        reasons.append(
+            f"training reward rose {windows.ratio:.2f}x (first {windows.first:.3f}, last {windows.last:.3f}), "
+            f"below {min_reward_ratio}x"
+        )
+    gain = estimates["gain"]
+    if not gain.mean >= min_is_correct_gain:
+        reasons.append(
+            f"RL-refiner is_correct {gain.mean * 100:+.1f} points over base refines, below "
+            f"{min_is_correct_gain * 100:+.1f}"
+        )
+    return Verdict(
+        passed=not reasons,
+        reward_first=windows.first,
+        reward_last=windows.last,
+        reward_ratio=windows.ratio,
+        reward_steps=windows.steps,
+        window=windows.window,
+        heldout_tasks=heldout_tasks,
+        is_correct={run: asdict(estimate) for run, estimate in estimates.items() if run != "gain"},
+        gain=asdict(gain),
+        min_reward_ratio=min_reward_ratio,
+        min_is_correct_gain=min_is_correct_gain,
+        reasons=reasons,
+    )
+
+
+RUN_LABELS = {BASELINE_RUN: "base", BASE_REFINES_RUN: "base refines", RL_REFINER_RUN: "RL-refiner"}
+
+
+def verdict_markdown(verdict: Verdict, metric: str) -> str:
+    def interval(estimate: dict[str, float]) -> str:
+        return f"{estimate['mean'] * 100:.1f}% [{estimate['low'] * 100:.1f}, {estimate['high'] * 100:.1f}]"
+
+    lines = [
+        f"# Learning canary: {'PASSED' if verdict.passed else 'FAILED'}",
+        "",
+        (
+            f"Training reward (`{metric}`) over {verdict.reward_steps} logged steps: first {verdict.window:.0%} "
+            f"{verdict.reward_first:.3f}, last {verdict.window:.0%} {verdict.reward_last:.3f}, ratio "
+            f"**{verdict.reward_ratio:.2f}x** (needs {verdict.min_reward_ratio}x)."
+        ),
+        "",
+        f"Held-out `is_correct` over {verdict.heldout_tasks} tasks (mean [95% paired bootstrap interval]):",
+        "",
+        "| run | is_correct |",
+        "|---|---:|",
+        *(f"| {RUN_LABELS.get(run, run)} | {interval(estimate)} |" for run, estimate in verdict.is_correct.items()),
+        f"| **RL-refiner - base refines** | **{interval(verdict.gain).replace('%', ' pts', 1)}** |",
+        "",
+        f"Needs a gain of at least {verdict.min_is_correct_gain * 100:.0f} points.",
+    ]
+    if verdict.reasons:
+        lines += ["", "Missed:", *(f"- {reason}" for reason in verdict.reasons)]
+    return "\n".join(lines) + "\n"
+
+
+def plot_canary(curve: pl.DataFrame, verdict: Verdict, path) -> None:
+    """The training reward per step with its two windows shaded, and is_correct per run with intervals."""
+    from arc_pipeline.evaluation.plots import _pyplot, _save
+
+    plt = _pyplot()
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    steps, values = curve["step"].to_numpy(), curve["value"].to_numpy()
+    left.plot(steps, values, marker=".", linewidth=1)
+    size = math.ceil(len(steps) * verdict.window)
+    for part, mean in ((steps[:size], verdict.reward_first), (steps[-size:], verdict.reward_last)):
+        left.axvspan(part[0], part[-1], alpha=0.15)
+        left.hlines(mean, part[0], part[-1], colors="black", linestyles="dashed")
+    left.set(xlabel="optimizer step", ylabel="mean ARC reward", title=f"training reward ({verdict.reward_ratio:.2f}x)")
+    runs = list(verdict.is_correct)
+    means = [verdict.is_correct[run]["mean"] * 100 for run in runs]
+    errors = [
+        [(verdict.is_correct[run]["mean"] - verdict.is_correct[run]["low"]) * 100 for run in runs],
+        [(verdict.is_correct[run]["high"] - verdict.is_correct[run]["mean"]) * 100 for run in runs],
+    ]
+    right.bar([RUN_LABELS.get(run, run) for run in runs], means, yerr=errors, capsize=6)
+    right.set(ylabel="is_correct (%)", ylim=(0, 100), title=f"held-out tasks ({verdict.heldout_tasks}), 95% CI")
+    fig.suptitle(f"learning canary: {'PASSED' if verdict.passed else 'FAILED'}")
+    _save(fig, path)
+    plt.close(fig)

@@ -1,0 +1,220 @@
+"""Where a full-length 8B GRPO step's time goes, and what each speed lever changes, side by side.
+
+Every variant runs the pipeline's own ``train`` (arc_pipeline.training.grpo.train) for a few steps in its own
+process (its own CUDA context and colocated vLLM engine), on the same model and prompts:
+
+* the model: random weights of Llama-3.1-8B's shape without the answer-format warm-up, so that no completion
+  ever ends its turn: every one runs to ``max_completion_length`` and stays in the loss
+  (``mask_truncated_completions`` off);
+* the prompts: refinement prompts of random tasks, about ``--grid-side`` x ``--grid-side`` grids (2.4k tokens
+  at side 10, like the smoke preset's refinement dataset);
+* the settings: ``config/barc-multiturn.yaml``'s train section (LoRA rank 1, 32 completions over 4
+  accumulation steps, colocated vLLM at 0.3, gradient checkpointing, beta 0.02), then each lever on top.
+
+Per variant it prints the mean over the steps after the first (which holds the engine's warm-up) of each
+phase (arc_pipeline/training/phases.py), tokens per step, model TFLOP/s and peak memory:
+
+    python benchmarks/gpu_grpo.py --work /tmp/grpo-bench --variants baseline,sleep-0.5 --steps 4
+
+The model and prompts are built once under ``--work`` and reused; so are the compile caches, so the first
+variant's engine start is cold and the others' warm.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+# The preset's train section with the benchmark's own changes: every completion is full length and stays in the
+# loss, no checkpoints, no tracker.
+BASE_SETTINGS: dict[str, Any] = {
+    "use_vllm": True,
+    "mask_truncated_completions": False,
+    "save_steps": 10_000,
+    "logging_steps": 1,
+    "report_to": ["none"],
+}
+VARIANTS: dict[str, dict[str, Any]] = {
+    "baseline": {},
+    # the engine frees its weights and KV cache while the policy trains, so it can take more while it samples
+    "sleep-0.5": {"vllm_enable_sleep_mode": True, "vllm_gpu_memory_utilization": 0.5},
+    "vllm-0.45": {"vllm_gpu_memory_utilization": 0.45},
+    "sleep-0.5-mb16": {
+        "vllm_enable_sleep_mode": True,
+        "vllm_gpu_memory_utilization": 0.5,
+        "gradient_accumulation_steps": 2,
+    },
+    "no-ckpt-mb2": {"gradient_checkpointing": False, "gradient_accumulation_steps": 16},
+    "compile": {"torch_compile": True},
+    "unsloth": {"backend": "unsloth"},
+}
+PARAMETERS_8B = 8.03e9
+PHASES = ("generation", "weight_sync", "rewards", "logprobs", "prepare_other", "train", "optimizer", "step")
+
+
+def build_inputs(work: Path, grid_side: int, rows: int) -> dict[str, Any]:
+    """The random 8B model (no warm-up) and the refinement prompts, once per work folder."""
+    done = work / "inputs.json"
+    if done.is_file():
+        return json.loads(done.read_text())
+    import numpy as np
+
+    from arc_pipeline.domain.tasks import Pair, Task
+    from arc_pipeline.io import write_table
+    from arc_pipeline.models.folder import load_tokenizer
+    from arc_pipeline.models.random import RandomModelConfig, build_random_model
+    from arc_pipeline.refinement import refinement_example
+    from arc_pipeline.schemas import REFINEMENT_SCHEMA, TASKS_SCHEMA
+
+    rng = np.random.default_rng(0)
+
+    def grid() -> np.ndarray:
+        return rng.integers(0, 10, size=(grid_side, grid_side)).astype(np.int8)
+
+    tasks = [
+        Task(f"bench{i}", tuple(Pair(grid(), grid()) for _ in range(3)), (Pair(grid(), grid()),), "bench")
+        for i in range(rows)
+    ]
+    work.mkdir(parents=True, exist_ok=True)
+    write_table([task.to_row() for task in tasks], work / "tasks.parquet", TASKS_SCHEMA)
+    model_dir = work / "model"
+    if not (model_dir / "config.json").is_file():
+        build_random_model(work / "tasks.parquet", model_dir, RandomModelConfig(warmup_steps=0))
+    tokenizer = load_tokenizer(model_dir)
+    examples = []
+    for task in tasks:
+        row = {
+            "prediction_id": f"{task.task_id}/p",
+            "task_id": task.task_id,
+            "hflip": False,
+            "rot90_k": 0,
+            "color_map": list(range(10)),
+            "test_index": 0,
+            "text": "```python\nfrom common import *\n\ndef transform(input_grid):\n    return input_grid\n```",
+            "train_outputs": [g.tolist() for g in task.train_inputs],
+            "train_correct_grids": 0.0,
+            "train_pixel_score": 0.1,
+        }
+        examples.append(refinement_example(task, row, tokenizer))
+    write_table(examples, work / "refinement.parquet", REFINEMENT_SCHEMA)
+    inputs = {
+        "model": str(model_dir),
+        "dataset": str(work / "refinement.parquet"),
+        "prompt_tokens": float(np.mean([example["prompt_tokens"] for example in examples])),
+    }
+    done.write_text(json.dumps(inputs))
+    return inputs
+
+
+def run_variant(work: Path, name: str, steps: int) -> None:
+    """One variant in this process: train, then write its summary beside its metrics."""
+    from arc_pipeline.generation.compile_cache import use_compile_cache
+    from arc_pipeline.training.config import TrainConfig
+    from arc_pipeline.training.grpo import train
+
+    use_compile_cache(work / "compile-cache")
+    inputs = json.loads((work / "inputs.json").read_text())
+    out = work / name
+    config = TrainConfig(**{**BASE_SETTINGS, "max_steps": steps, **VARIANTS[name]})
+    started = time.perf_counter()
+    train(config, inputs["dataset"], inputs["model"], out / "adapter", out / "metrics.parquet", out / "checkpoints")
+    summary = {"seconds": time.perf_counter() - started, "config": config.model_dump(mode="json")}
+    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+
+
+def summarize(work: Path, name: str, prompt_tokens: float) -> dict[str, Any] | None:
+    import polars as pl
+
+    out = work / name
+    if not (out / "summary.json").is_file():
+        return None
+    summary = json.loads((out / "summary.json").read_text())
+    config = summary["config"]
+    metrics = pl.read_parquet(out / "metrics.parquet").filter(pl.col("value").is_not_null())
+    wide = metrics.pivot(on="name", index="step", values="value", aggregate_function="mean").sort("step")
+    measured = wide.filter(pl.col("step") > wide["step"].min()) if wide.height > 1 else wide
+
+    def mean(column: str) -> float:
+        return float(measured[column].mean()) if column in measured.columns else float("nan")
+
+    completions = config["num_generations"] * config["task_repeats"]
+    tokens = completions * (prompt_tokens + mean("completions/mean_length"))
+    # LoRA: forward 2N, input-gradient backward 2N, recomputation 2N with checkpointing, reference forward 2N
+    flop_per_token = PARAMETERS_8B * (4 + 2 * config["gradient_checkpointing"] + 2 * (config["beta"] > 0))
+    row = {"variant": name, "steps measured": measured.height}
+    row.update({f"{phase} (s)": mean(f"time/{phase}") for phase in PHASES})
+    row["tokens / step"] = tokens
+    row["model TFLOP/s (train+logprobs)"] = (
+        tokens * flop_per_token / (mean("time/train") + mean("time/logprobs")) / 1e12
+    )
+    row["model TFLOP/s (step)"] = tokens * flop_per_token / mean("time/step") / 1e12
+    row["peak allocated (GiB)"] = (
+        float(measured["memory/peak_allocated_gib"].max())
+        if "memory/peak_allocated_gib" in measured.columns
+        else float("nan")
+    )
+    row["device used (GiB)"] = (
+        float(measured["memory/device_used_gib"].max())
+        if "memory/device_used_gib" in measured.columns
+        else float("nan")
+    )
+    row["host peak (GiB)"] = mean("memory/host_peak_gib")
+    row["run incl. start (s)"] = summary["seconds"]
+    return row
+
+
+def print_table(rows: list[dict[str, Any]]) -> None:
+    names = list(rows[0])[1:]
+    print("| metric | " + " | ".join(row["variant"] for row in rows) + " |")
+    print("|---|" + "---:|" * len(rows))
+    for name in names:
+        cells = [f"{row[name]:.1f}" if isinstance(row[name], float) else str(row[name]) for row in rows]
+        print(f"| {name} | " + " | ".join(cells) + " |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--work", type=Path, required=True, help="folder for the model, prompts, caches and runs")
+    parser.add_argument("--variants", default="baseline", help=f"comma-separated, of {list(VARIANTS)}")
+    parser.add_argument("--steps", type=int, default=4, help="optimizer steps per variant (the first is not counted)")
+    parser.add_argument("--grid-side", type=int, default=10, help="side of the random grids (prompt length)")
+    parser.add_argument("--run-variant", help=argparse.SUPPRESS)  # internal: one variant in a child process
+    parser.add_argument("--report-only", action="store_true", help="print the table of the runs already made")
+    args = parser.parse_args()
+    if args.run_variant:
+        run_variant(args.work, args.run_variant, args.steps)
+        return
+    names = [name.strip() for name in args.variants.split(",") if name.strip()]
+    unknown = sorted(set(names) - set(VARIANTS))
+    if unknown:
+        raise SystemExit(f"unknown variants {unknown}; choose from {list(VARIANTS)}")
+    inputs = build_inputs(args.work, args.grid_side, rows=max(8, args.steps))
+    for name in names if not args.report_only else []:
+        if (args.work / name / "summary.json").is_file():
+            continue  # already measured in this work folder
+        command = [
+            sys.executable,
+            __file__,
+            "--work",
+            str(args.work),
+            "--steps",
+            str(args.steps),
+            "--run-variant",
+            name,
+        ]
+        with (args.work / f"{name}.log").open("w") as log:
+            status = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, check=False).returncode
+        print(f"{name}: exit {status} (log {args.work / f'{name}.log'})", flush=True)
+    rows = [row for name in names if (row := summarize(args.work, name, inputs["prompt_tokens"])) is not None]
+    if rows:
+        print(f"prompt tokens (mean): {inputs['prompt_tokens']:.0f}")
+        print_table(rows)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,26 @@
+# The learning canary's verdict (config/canary.yaml, docs/canary.md): training reward curve and held-out
+# is_correct of the RL-refiner against base refines.
+# Only in runs that enable it: its figure is marked for the report.
+if WORKFLOW.canary.enabled:
+
+    rule canary:
+        input:
+            training_metrics=rules.train.output.metrics,
+            tasks=rules.evaluate.output.tasks_parquet,
+        output:
+            verdict=result("canary/verdict.json"),
+            verdict_md=result("canary/verdict.md"),
+            figure=report(
+                result("canary/canary.png"), category="Learning canary", caption="../workflow/report/canary.rst"
+            ),
+        log:
+            log_path("canary"),
+        benchmark:
+            benchmark_path("canary")
+        params:
+            cfg=config_slice("canary"),
+            reward_metric=f"rewards/{WORKFLOW.train.reward}/mean",
+            outdir=result("canary"),
+        shell:
+            "arc-pipeline --log-file {log} canary --training-metrics {input.training_metrics} --tasks {input.tasks}"
+            " --reward-metric {params.reward_metric} --output-dir {params.outdir} --config-json {params.cfg}"

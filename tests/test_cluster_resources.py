@@ -1,0 +1,51 @@
+"""One `cluster.gpu` section, the requests of every executor (arc_pipeline/config/cluster.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from arc_pipeline.config.cluster import gpu_job_resources, htcondor_size_mib
+from arc_pipeline.config.workflow import GpuJobConfig
+
+
+@pytest.mark.parametrize(
+    ("value", "bare_unit", "mib"),
+    [
+        ("64GB", "M", 65536),  # HTCondor's G is GiB
+        ("128G", "M", 131072),
+        ("512MB", "M", 512),
+        ("8000", "M", 8000),  # request_memory: a bare number is MiB
+        (8000, "M", 8000),
+        ("100GB", "K", 102400),
+        ("2048", "K", 2),  # request_disk: a bare number is KiB
+        ("1500", "K", 2),  # rounded up: a request never shrinks
+        ("1.5TB", "M", 1572864),
+        ("4gb", "M", 4096),
+    ],
+)
+def test_htcondor_sizes_in_mib(value: str | int, bare_unit: str, mib: int) -> None:
+    assert htcondor_size_mib(value, bare_unit) == mib
+
+
+def test_a_size_that_is_no_size_is_refused() -> None:
+    with pytest.raises(ValueError, match="not an HTCondor size"):
+        htcondor_size_mib("lots", "M")
+
+
+def test_one_section_gives_every_executor_its_names() -> None:
+    resources = gpu_job_resources(GpuJobConfig(request_memory="128GB", request_disk="200GB", runtime=600))
+    # HTCondor's names, as written in the config
+    assert resources["request_gpus"] == 1 and resources["request_memory"] == "128GB"
+    assert resources["request_disk"] == "200GB" and resources["gpus_minimum_memory"] == 40000
+    # Slurm's (and Snakemake's standard) names, derived from the same values
+    assert resources["gpu"] == resources["gpus"] == 1
+    assert resources["mem_mb"] == 131072 and resources["disk_mb"] == 204800 and resources["runtime"] == 600
+    assert "slurm_partition" not in resources and "gpu_model" not in resources
+
+
+def test_partition_and_gpu_model_only_when_set() -> None:
+    resources = gpu_job_resources(GpuJobConfig(slurm_partition="gpu", slurm_gpu_model="h100"))
+    assert resources["slurm_partition"] == "gpu" and resources["gpu_model"] == "h100"
+    # no GPU requested: no GPU model either (sbatch would read --gpus=h100:0)
+    cpu_only = gpu_job_resources(GpuJobConfig(request_gpus=0, slurm_gpu_model="h100"))
+    assert cpu_only["gpu"] == 0 and "gpu_model" not in cpu_only
