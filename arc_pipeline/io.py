@@ -1,9 +1,16 @@
-"""Parquet reading and writing: schema-checked, atomic (no half-written outputs); folders replaced atomically."""
+"""Parquet reading and writing: schema-checked, atomic (no half-written outputs); folders replaced atomically.
+
+Every page carries a CRC that readers check: a flipped bit in a data page then fails the read (naming
+the file) instead of handing a consumer other numbers (docs/reliability.md). A full disk while writing
+is one line naming the file; the partial file is removed.
+"""
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -22,6 +29,39 @@ log = logging.getLogger(__name__)
 
 class InputFileError(PipelineError, RuntimeError):
     """An input file is missing or malformed; the message names the file."""
+
+
+class DiskFullError(PipelineError):
+    """The filesystem refused an output (full, or over quota); the message names the file."""
+
+
+# what a full disk or quota looks like to a writer
+_NO_SPACE = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
+# what a damaged parquet raises (pyarrow: ArrowInvalid for bad metadata, OSError for bad pages)
+_UNREADABLE = (pa.ArrowException, OSError)
+_REBUILD_HINT = "delete it and rerun the workflow to rebuild it (docs/reliability.md)"
+
+
+@contextmanager
+def writing(path: str | os.PathLike) -> Iterator[None]:
+    """Turn a full disk or quota while ``path`` is written into one :class:`DiskFullError` naming it.
+
+    The writers below remove their temporary file before this sees the error, so nothing partial stays.
+    """
+    try:
+        yield
+    except OSError as error:
+        if error.errno not in _NO_SPACE:
+            raise
+        folder = Path(path).parent
+        try:
+            free = f"{shutil.disk_usage(folder).free / 2**20:.1f} MiB free there now"
+        except OSError:
+            free = "free space unknown"
+        raise DiskFullError(
+            f"{path}: no space left while writing it ({os.strerror(error.errno)}; {free}); nothing was "
+            f"left half-written. Free space in {folder} (or point results_dir elsewhere) and rerun."
+        ) from None
 
 
 def _to_arrow(data: Any, schema: pa.Schema) -> pa.Table:
@@ -52,10 +92,25 @@ def current_umask() -> int:
     return mask
 
 
+def remove_leftovers(path: Path) -> None:
+    """Delete what a killed write of ``path`` left beside it: its hidden temporary file or staging folder
+    (``.<name>.<8 random characters>.tmp``) and a previous folder renamed aside (``.<name>.old-<pid>``).
+
+    Only one job writes a given output at a time (Snakemake), so a leftover of the same name is dead."""
+    leftover = re.compile(rf"\.{re.escape(path.name)}\.([a-z0-9_]{{8}}\.tmp|old-\d+)")
+    if not path.parent.is_dir():
+        return
+    for entry in path.parent.iterdir():
+        if leftover.fullmatch(entry.name):
+            log.info("removing %s, left by a write of %s that did not finish", entry, path)
+            _remove(entry)
+
+
 def temp_beside(path: Path) -> tuple[int, str]:
     """A hidden temporary file beside ``path`` for an atomic write (fd, name), with the mode a plain
     ``open`` would give: mkstemp makes it 0600, and os.replace would keep that, so colleagues sharing
-    the results folder could not read the outputs."""
+    the results folder could not read the outputs. A temporary file a killed write left is removed."""
+    remove_leftovers(path)
     fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.fchmod(fd, 0o666 & ~current_umask())
     return fd, name
@@ -85,16 +140,18 @@ def replace_folder(target: str | os.PathLike) -> Iterator[Path]:
     the old one deleted: at no moment does ``target`` hold a half-written folder.
     """
     target = Path(target)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
-    try:
-        staging.chmod(0o777 & ~current_umask())  # mkdtemp makes it private
-        yield staging
-        share_like_umask(staging)
-        _swap_into_place(staging, target)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
+    with writing(target):
+        target.parent.mkdir(parents=True, exist_ok=True)
+        remove_leftovers(target)
+        staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
+        try:
+            staging.chmod(0o777 & ~current_umask())  # mkdtemp makes it private
+            yield staging
+            share_like_umask(staging)
+            _swap_into_place(staging, target)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
 
 
 def _swap_into_place(staging: Path, target: Path) -> None:
@@ -127,14 +184,15 @@ def write_table(data: Any, path: str | os.PathLike, schema: pa.Schema) -> Path:
     for field in schema:
         if not field.nullable and table.column(field.name).null_count:
             raise ValueError(f"column {field.name!r} must not contain nulls (writing {path})")
-    fd, tmp_name = temp_beside(path)
-    os.close(fd)
-    try:
-        pq.write_table(table, tmp_name, compression="zstd")
-        os.replace(tmp_name, path)
-    except BaseException:
-        Path(tmp_name).unlink(missing_ok=True)
-        raise
+    with writing(path):
+        fd, tmp_name = temp_beside(path)
+        os.close(fd)
+        try:
+            pq.write_table(table, tmp_name, compression="zstd", write_page_checksum=True)
+            os.replace(tmp_name, path)
+        except BaseException:
+            Path(tmp_name).unlink(missing_ok=True)
+            raise
     log.info("wrote %s (%d rows)", path, table.num_rows)
     return path
 
@@ -142,15 +200,16 @@ def write_table(data: Any, path: str | os.PathLike, schema: pa.Schema) -> Path:
 def write_text(text: str, path: str | os.PathLike) -> Path:
     """Write a text file atomically (a killed job leaves no half-written table or JSON)."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = temp_beside(path)
-    try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
-        os.replace(tmp_name, path)
-    except BaseException:
-        Path(tmp_name).unlink(missing_ok=True)
-        raise
+    with writing(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp_name = temp_beside(path)
+        try:
+            with os.fdopen(fd, "w") as handle:
+                handle.write(text)
+            os.replace(tmp_name, path)
+        except BaseException:
+            Path(tmp_name).unlink(missing_ok=True)
+            raise
     log.info("wrote %s", path)
     return path
 
@@ -161,9 +220,9 @@ def read_table(path: str | os.PathLike, schema: pa.Schema | None = None) -> pa.T
     if not path.exists():
         raise InputFileError(f"{path}: file not found")
     try:
-        table = pq.read_table(path)
-    except (pa.ArrowInvalid, OSError) as error:
-        raise InputFileError(f"{path}: not a readable parquet file ({error})") from None
+        table = pq.read_table(path, page_checksum_verification=True)
+    except _UNREADABLE as error:
+        raise InputFileError(f"{path}: not a readable parquet file ({error}); {_REBUILD_HINT}") from None
     if schema is not None:
         missing = [name for name in schema.names if name not in table.column_names]
         if missing:
@@ -183,8 +242,8 @@ def check_parquet(path: str | os.PathLike, schema: pa.Schema | None = None) -> P
         raise InputFileError(f"{path}: file not found")
     try:
         names = pq.read_schema(path).names
-    except (pa.ArrowInvalid, OSError) as error:
-        raise InputFileError(f"{path}: not a readable parquet file ({error})") from None
+    except _UNREADABLE as error:
+        raise InputFileError(f"{path}: not a readable parquet file ({error}); {_REBUILD_HINT}") from None
     missing = [name for name in (schema.names if schema is not None else []) if name not in names]
     if missing:
         raise InputFileError(f"{path}: missing columns {missing}")

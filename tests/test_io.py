@@ -86,3 +86,15 @@ def test_files_get_the_modes_the_umask_allows(tmp_path):
         os.umask(previous)
     assert stat.S_IMODE((tmp_path / "model").stat().st_mode) == 0o755
     assert stat.S_IMODE((tmp_path / "model" / "model.safetensors").stat().st_mode) == 0o644
+
+
+def test_a_write_removes_what_a_killed_write_of_the_same_file_left(tmp_path):
+    from arc_pipeline.io import write_text
+
+    leftovers = [".runs.md.k3j_9xq2.tmp", ".runs.md.old-4242"]
+    others = [".runs.md.summary.abcdefgh.tmp", ".other.md.abcdefgh.tmp", "runs.md.abcdefgh.tmp"]
+    for name in leftovers + others:
+        (tmp_path / name).write_text("half")
+    (tmp_path / ".runs.md.zzzzzzzz.tmp").mkdir()  # a staging folder of replace_folder
+    write_text("whole", tmp_path / "runs.md")
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([*others, "runs.md"])

@@ -28,6 +28,7 @@ from collections.abc import Iterable
 
 log = logging.getLogger(__name__)
 
+_PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
 _HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 _installed = False
@@ -38,6 +39,18 @@ def _prctl(option: int, value: int) -> bool:
         return False
     libc = ctypes.CDLL(None, use_errno=True)
     return libc.prctl(option, value, 0, 0, 0) == 0
+
+
+def die_with_parent(parent_pid: int) -> None:
+    """Make this (helper) process get SIGKILL when its parent ends, e.g. as a pool's ``initializer``.
+
+    A process pool's workers wait on a queue they hold both ends of: when the stage that started them is
+    killed with SIGKILL, nothing else ends them. Call it only in processes started by a thread that lives
+    as long as the parent (the parent-death signal follows the thread that forked). Exits at once when
+    ``parent_pid`` is already gone."""
+    _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent_pid:
+        os._exit(1)
 
 
 def descendants(pid: int | None = None) -> list[int]:

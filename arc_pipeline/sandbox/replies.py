@@ -1,4 +1,9 @@
-"""Turning a worker's reply (status, detail, duration) and a program's record into a ProgramResult."""
+"""Turning a worker's reply (status, detail, duration) and a program's record into a ProgramResult.
+
+:func:`result_from_reply` is total: every status (known or not) and every record a program's process
+can write end as one program's result, never as an exception, so no program can end a stage
+(tests/sandbox/test_replies.py fuzzes it).
+"""
 
 from __future__ import annotations
 
@@ -36,6 +41,10 @@ def result_from_reply(
 
     if status == protocol.TIMED_OUT:
         return error(TIMEOUT, f"program exceeded the {timeout_s:g} s limit")
+    if status == protocol.TOO_LARGE:
+        # the pipeline stopped reading: more bytes than any valid record (a flood, forged records)
+        limit = protocol.max_record_size(n_inputs, max_side)
+        return error(INVALID_OUTPUT, f"the program's process wrote more than {limit} bytes as its result")
     if status == protocol.SETUP_FAILED:
         if record[:1] == protocol.SETUP_FAILED_RECORD:
             reason = record[1:501].decode("utf-8", "replace")
@@ -61,4 +70,5 @@ def result_from_reply(
         if kind is None:
             return ProgramResult(outputs, None, None, duration)
         return error(kind, message or "")
-    raise protocol.ProtocolError(f"unknown reply status {status}")
+    # no worker sends another status; should one ever, it costs this program, not the stage
+    return error(WORKER_CRASHED, f"the worker reported an unknown status {status}")

@@ -25,7 +25,8 @@ import polars as pl
 import pyarrow.parquet as pq
 
 from arc_pipeline.domain.tasks import Task
-from arc_pipeline.io import read_table, temp_beside, write_table
+from arc_pipeline.generation.process_tree import die_with_parent
+from arc_pipeline.io import read_table, temp_beside, write_table, writing
 from arc_pipeline.sandbox import Sandbox, SandboxConfig
 from arc_pipeline.schemas import EXECUTIONS_SCHEMA
 from arc_pipeline.scoring.execution import (
@@ -72,20 +73,21 @@ def _limits(sandbox_config: SandboxConfig) -> str:
 
 def _stream_concat(chunk_paths: list[Path], output: Path) -> int:
     """Write the chunks (already validated) into ``output`` atomically, one chunk in memory at a time."""
-    output.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = temp_beside(output)
-    os.close(fd)
-    n_rows = 0
-    try:
-        with pq.ParquetWriter(tmp_name, EXECUTIONS_SCHEMA, compression="zstd") as writer:
-            for path in chunk_paths:
-                table = read_table(path, EXECUTIONS_SCHEMA)
-                writer.write_table(table)
-                n_rows += table.num_rows
-        os.replace(tmp_name, output)
-    except BaseException:
-        Path(tmp_name).unlink(missing_ok=True)
-        raise
+    with writing(output):
+        output.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp_name = temp_beside(output)
+        os.close(fd)
+        n_rows = 0
+        try:
+            with pq.ParquetWriter(tmp_name, EXECUTIONS_SCHEMA, compression="zstd", write_page_checksum=True) as writer:
+                for path in chunk_paths:
+                    table = read_table(path, EXECUTIONS_SCHEMA)
+                    writer.write_table(table)
+                    n_rows += table.num_rows
+            os.replace(tmp_name, output)
+        except BaseException:
+            Path(tmp_name).unlink(missing_ok=True)
+            raise
     return n_rows
 
 
@@ -108,8 +110,12 @@ class _Scoring:
     def __init__(self, workers: int, n_chunks: int) -> None:
         self.workers = workers
         self.n_chunks = n_chunks
+        # the workers die with this process even when it is SIGKILLed (they would wait on their queue forever)
+        context = multiprocessing.get_context("spawn")
         self.pool = (
-            ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) if workers > 0 else None
+            ProcessPoolExecutor(workers, mp_context=context, initializer=die_with_parent, initargs=(os.getpid(),))
+            if workers > 0
+            else None
         )
         self.in_flight: deque[tuple[int, Path, PreparedRun, list[Future], int]] = deque()
         self.started = time.monotonic()

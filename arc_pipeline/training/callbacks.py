@@ -105,12 +105,15 @@ class LiveMetrics(TrainerCallback):
 
 
 def metrics_rows(log_history: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The trainer's log history in long format (``TRAINING_METRICS_SCHEMA``); NaN becomes null."""
+    """The trainer's log history in long format (``TRAINING_METRICS_SCHEMA``); NaN becomes null.
+
+    Names are sorted within a step: the trainer saves the history of a checkpoint with sorted keys, so
+    without it a resumed run would write the same rows in another order."""
     rows = []
     for entry in log_history:
         step = int(entry.get("step", 0))
         epoch = entry.get("epoch")
-        for name, value in entry.items():
+        for name, value in sorted(entry.items()):
             if name in ("step", "epoch") or isinstance(value, bool) or not isinstance(value, (int, float)):
                 continue
             number = float(value)

@@ -150,10 +150,18 @@ def checkpoints(folder: str | Path) -> dict[int, Path]:
     return found
 
 
+def _whole_state(path: Path) -> bool:
+    """The trainer writes trainer_state.json last and in place: a kill while writing it leaves it cut."""
+    try:
+        return "global_step" in json.loads(path.read_text())
+    except (OSError, ValueError):
+        return False
+
+
 def last_complete_checkpoint(folder: str | os.PathLike) -> Path | None:
-    """The newest ``checkpoint-N`` that has its trainer state (a kill mid-save leaves none)."""
+    """The newest ``checkpoint-N`` whose trainer state is whole (a kill mid-save leaves none, or a cut one)."""
     for _, path in sorted(checkpoints(folder).items(), reverse=True):
-        if (path / "trainer_state.json").is_file():
+        if _whole_state(path / "trainer_state.json"):
             return path
     return None
 
@@ -191,8 +199,10 @@ def best_checkpoint(folder: str | Path, log_history: list[dict[str, Any]], befor
 
 
 def copy_adapter(checkpoint: Path, folder: Path) -> None:
-    """Copy a checkpoint's adapter (weights, configs, tokenizer) into ``folder``, without the trainer's state."""
+    """Copy a checkpoint's adapter (weights, configs, tokenizer, model card, training arguments) into
+    ``folder``, without the trainer's state: the files ``trainer.save_model`` would have written."""
     for entry in checkpoint.iterdir():
-        wanted = entry.name.startswith("adapter_") or entry.suffix in (".json", ".jinja")
+        wanted = entry.name.startswith("adapter_") or entry.suffix in (".json", ".jinja", ".md")
+        wanted = wanted or entry.name == "training_args.bin"
         if entry.is_file() and wanted and entry.name not in ("trainer_state.json", "rng_state.pth", FINGERPRINT_FILE):
             shutil.copy2(entry, folder / entry.name)

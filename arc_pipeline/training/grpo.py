@@ -288,6 +288,7 @@ def train(
     from arc_pipeline.scoring.rules import max_output_side
     from arc_pipeline.training.callbacks import CollapseGuard, LiveMetrics, metrics_rows
     from arc_pipeline.training.phases import PhaseTimer
+    from arc_pipeline.training.preemption import CheckpointOnSigterm
     from arc_pipeline.training.rewards import ArcReward, soft_overlong_penalty
 
     output = Path(output)
@@ -331,6 +332,7 @@ def train(
             callbacks=[guard, phases, LiveMetrics(metrics_path, metrics_rows, TRAINING_METRICS_SCHEMA), *callbacks],
             **({"rollout_func": rollout} if rollout is not None else {}),
         )
+        trainer.add_callback(CheckpointOnSigterm())  # SIGTERM (preemption): checkpoint, then stop
         phases.attach(trainer)
         trainer.train(resume_from_checkpoint=str(resume) if resume else None)
     share_like_umask(checkpoint_dir)  # checkpoints too are for colleagues to read (safetensors: 0600)

@@ -90,6 +90,13 @@ def default_config() -> dict:
     return yaml.safe_load((REPO / "config" / "config.yaml").read_text())
 
 
+@pytest.fixture(scope="session")
+def finished_run(finished: Workflow) -> Workflow:
+    """The session's finished default run (``finished``), as the fault-injection tests name it: they read it and
+    copy it, never change it."""
+    return finished
+
+
 @pytest.fixture
 def workflow(tmp_path: Path, default_config: dict) -> Workflow:
     return Workflow(tmp_path, default_config)

@@ -1,0 +1,85 @@
+"""kill -9 of the execute stage: no process it started outlives it.
+
+Its scoring pool's workers wait on a queue whose both ends they hold, so before they got a parent-death
+signal (process_tree.die_with_parent) they waited forever after a SIGKILL of the stage, and kept the
+stage's log pipe (and so its ``tee``) open with them.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import psutil
+import pyarrow as pa
+
+from arc_pipeline.domain.tasks import Pair, Task
+from arc_pipeline.io import write_table
+from arc_pipeline.schemas import PREDICTIONS_SCHEMA, TASKS_SCHEMA
+
+SLOW_IDENTITY = "```python\nimport time\ndef transform(g):\n    time.sleep(0.2)\n    return g\n```"
+
+
+def write_inputs(folder, n: int) -> None:
+    grid = np.array([[1, 0], [0, 2]], dtype=np.int8)
+    task = Task("t", train=(Pair(grid, grid),), test=(Pair(grid, grid),), source="test")
+    write_table([task.to_row()], folder / "tasks.parquet", TASKS_SCHEMA)
+    rows = [
+        {
+            "prediction_id": f"t/t1/r0/s{index}",
+            "task_id": "t",
+            "turn": 1,
+            "round": 0,
+            "sample_index": index,
+            "hflip": False,
+            "rot90_k": 0,
+            "color_map": list(range(10)),
+            "train_order": [0],
+            "test_index": 0,
+            "parent_prediction_id": None,
+            "prompt_hash": "0" * 16,
+            "prompt_tokens": 10,
+            "text": SLOW_IDENTITY,
+            "completion_tokens": 5,
+            "finish_reason": "stop",
+            "model": "tiny",
+            "adapter": None,
+            "temperature": 1.0,
+            "top_p": 0.95,
+            "max_tokens": 1024,
+            "seed": 0,
+        }
+        for index in range(n)
+    ]
+    write_table(
+        pa.Table.from_pylist(rows, schema=PREDICTIONS_SCHEMA), folder / "predictions.parquet", PREDICTIONS_SCHEMA
+    )
+
+
+def test_no_scoring_worker_outlives_a_killed_execute_stage(tmp_path):
+    write_inputs(tmp_path, 40)
+    config = {"workers": 1, "timeout_s": 2.0, "chunk_size": 2, "scoring_workers": 1, "progress": False}
+    out = tmp_path / "out"
+    command = [sys.executable, "-m", "arc_pipeline.cli", "--log-file", str(out / "execute.log"), "execute"]
+    for option, name in [("--predictions", "predictions.parquet"), ("--tasks", "tasks.parquet")]:
+        command += [option, str(tmp_path / name)]
+    for option in ("executions", "metrics", "metrics-md", "errors", "errors-md"):
+        command += [f"--{option}", str(out / option)]
+    stage = subprocess.Popen([*command, "--config-json", json.dumps(config)], stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    pool: list[psutil.Process] = []
+    while not pool:  # the pool starts with the first chunk's scoring
+        assert stage.poll() is None and time.monotonic() < deadline, "the stage ended before its pool started"
+        children = psutil.Process(stage.pid).children(recursive=True)
+        pool = [child for child in children if "multiprocessing.spawn" in " ".join(child.cmdline())]
+        time.sleep(0.05)
+    stage.send_signal(signal.SIGKILL)
+    stage.wait()
+    _, alive = psutil.wait_procs(pool, timeout=10)
+    for process in alive:
+        process.kill()
+    assert alive == [], "scoring workers outlived the killed stage"
