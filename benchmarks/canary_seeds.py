@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
+import os
 import statistics
 import subprocess
 import sys
@@ -20,6 +22,7 @@ from pathlib import Path
 import yaml
 
 REPO = Path(__file__).resolve().parent.parent
+LOG = logging.getLogger("canary_seeds")
 
 
 def seed_config(configfile: Path, seed: int, work: Path) -> tuple[Path, str]:
@@ -43,6 +46,7 @@ def main() -> None:
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--profile", default="profiles/local")
     args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
     work = REPO / ".snakemake" / "canary-seeds"
     work.mkdir(parents=True, exist_ok=True)
     rows = []
@@ -50,7 +54,12 @@ def main() -> None:
         configfile, results = seed_config(args.configfile, seed, work)
         started = time.perf_counter()
         command = [sys.executable, "-m", "snakemake", "--profile", args.profile, "--configfile", str(configfile)]
-        status = subprocess.run(command, cwd=REPO, check=False, capture_output=True, text=True).returncode
+        # the rules call `arc-pipeline`: the one beside this interpreter, also when its venv is not activated
+        env = {**os.environ, "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]])}
+        run = subprocess.run(command, cwd=REPO, env=env, check=False, capture_output=True, text=True)
+        status = run.returncode
+        if status != 0:
+            LOG.error("seed %d: snakemake exited %d; its last lines:\n%s", seed, status, run.stderr[-3000:])
         seconds = time.perf_counter() - started
         verdict_path = REPO / results / "canary" / "verdict.json"
         if status != 0 or not verdict_path.is_file():

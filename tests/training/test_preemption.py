@@ -16,6 +16,7 @@ import polars as pl
 import pytest
 
 from arc_pipeline.training.checkpoints import last_complete_checkpoint
+from tests.workflow.fault_helpers import NOT_COMPARED_METRICS
 
 CONFIG = {
     "use_cpu": True,
@@ -66,7 +67,7 @@ def step_metrics(metrics: Path) -> pl.DataFrame:
     """The metrics table without wall-clock timings and the trainer's end-of-run summary (about the steps
     the last process ran): docs/reliability.md."""
     frame = pl.read_parquet(metrics)
-    return frame.filter(~pl.col("name").str.contains("step_time|train_runtime|per_second|train_loss|total_flos"))
+    return frame.filter(~pl.col("name").str.contains(NOT_COMPARED_METRICS))
 
 
 def test_checkpoint_choice_skips_a_cut_trainer_state(tmp_path):

@@ -24,12 +24,15 @@ from pathlib import Path
 import polars as pl
 import psutil
 
+from arc_pipeline.training.phases import MEMORY_METRIC_PREFIX, PHASE_METRIC_PREFIX
 from tests.workflow.conftest import Workflow
 
 #: What differs between any two uninterrupted runs, and why; left out of the comparison.
 VOLATILE = {
     "duration_s": "column of executions: each program's wall-clock time",
     "step_time": "training metric: the step's wall-clock time",
+    "time/*, memory/*": "training metrics of the step breakdown (arc_pipeline/training/phases.py): seconds per "
+    "phase and memory peaks",
     "train_runtime, train_*_per_second, train_loss, total_flos": "training metrics of the trainer's end-of-run "
     "summary, about the steps this process ran (none when a rerun finds the last checkpoint already saved)",
     "resumed_from, kept_checkpoint": "fields of training_summary.json: which checkpoint this process resumed "
@@ -37,7 +40,10 @@ VOLATILE = {
     "training_args.bin": "the trainer's pickled arguments: they name the run's TensorBoard folder, a timestamp",
     "target_modules": "field of adapter_config.json: peft writes it from a set, in string-hash order",
 }
-_NOT_COMPARED_METRICS = "step_time|train_runtime|per_second|train_loss|total_flos"
+#: Training metrics (regular expression over their names) that two runs of the same steps need not share.
+NOT_COMPARED_METRICS = (
+    f"step_time|train_runtime|per_second|train_loss|total_flos|^{PHASE_METRIC_PREFIX}|^{MEMORY_METRIC_PREFIX}"
+)
 _DEBRIS = re.compile(r"\..+\.([a-z0-9_]{8}\.tmp|old-\d+)|.+\.partial")  # io.remove_leftovers, execute's chunks
 
 
@@ -72,7 +78,7 @@ def _frame(path: Path) -> pl.DataFrame:
     frame = pl.read_parquet(path)
     frame = frame.drop([name for name in frame.columns if name == "duration_s"])
     if {"step", "name", "value"} <= set(frame.columns):  # training metrics (long format)
-        frame = frame.filter(~pl.col("name").str.contains(_NOT_COMPARED_METRICS))
+        frame = frame.filter(~pl.col("name").str.contains(NOT_COMPARED_METRICS))
     return frame
 
 
