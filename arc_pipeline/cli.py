@@ -96,13 +96,24 @@ def build_parser() -> argparse.ArgumentParser:
 GPU_COMMANDS = {"inference", "train"}
 
 
+def _gpu_count(command: str, config_json: str) -> int:
+    """GPUs the command uses: inference's tensor_parallel_size; train's server and training processes."""
+    values = json.loads(config_json or "{}")
+    if command == "train":
+        from arc_pipeline.training.config import TrainConfig
+
+        config = TrainConfig.model_validate(values)
+        return 1 if config.use_cpu else config.job_gpus
+    return int(values.get("tensor_parallel_size", 1))
+
+
 def _pin_gpus(command: str, args: argparse.Namespace) -> None:
     if command not in GPU_COMMANDS:
         return
     from arc_pipeline.gpu_slots import pin_gpus
 
     try:
-        count = int(json.loads(getattr(args, "config_json", "{}") or "{}").get("tensor_parallel_size", 1))
+        count = _gpu_count(command, getattr(args, "config_json", "{}"))
     except (ValueError, AttributeError):
         count = 1  # the stage's own config check reports a malformed --config-json
     pin_gpus(count)

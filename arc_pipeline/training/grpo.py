@@ -32,6 +32,7 @@ from arc_pipeline.training.checkpoints import (
     best_checkpoint,
     copy_adapter,
     default_checkpoint_dir,
+    last_complete_checkpoint,
     prepare_checkpoint_dir,
     reached_the_end,
     run_fingerprint,
@@ -114,13 +115,33 @@ def lora_config(config: TrainConfig) -> Any:
     )
 
 
-def grpo_arguments(config: TrainConfig, output_dir: str | os.PathLike, reward_weights: Sequence[float]) -> Any:
+@dataclass(frozen=True)
+class VllmServer:
+    """Where the train job's own vLLM server listens (server mode; arc_pipeline/training/launch.py starts it)."""
+
+    host: str
+    port: int
+    group_port: int  # the weight-sync group's rendezvous port, on the trainer's side
+
+
+def grpo_arguments(
+    config: TrainConfig,
+    output_dir: str | os.PathLike,
+    reward_weights: Sequence[float],
+    server: VllmServer | None = None,
+) -> Any:
     """A ``GRPOConfig`` with every value that matters set from ``config`` (no TRL default relied on).
 
     Keys this TRL version does not know are dropped with a warning, so the same code runs on the CPU
-    (trl 1.16) and GPU (trl 1.15) environments.
+    (trl 1.16) and GPU (trl 1.15) environments. ``server`` is required in server mode.
     """
     from trl import GRPOConfig
+
+    if config.vllm_mode == "server" and server is None:
+        raise PipelineError(
+            "train: vllm_mode 'server' needs the address of the job's vLLM server, which `arc-pipeline train` "
+            "starts itself (arc_pipeline/training/launch.py); train() was called without it"
+        )
 
     values: dict[str, Any] = {
         "output_dir": str(output_dir),
@@ -164,7 +185,7 @@ def grpo_arguments(config: TrainConfig, output_dir: str | os.PathLike, reward_we
         "repetition_penalty": config.repetition_penalty,
         "max_completion_length": config.max_completion_length,
         "use_vllm": config.use_vllm,
-        "vllm_mode": "colocate",
+        "vllm_mode": config.vllm_mode,
         "vllm_gpu_memory_utilization": config.vllm_gpu_memory_utilization,
         "vllm_enable_sleep_mode": config.vllm_enable_sleep_mode,
         "torch_compile": config.torch_compile,
@@ -181,6 +202,15 @@ def grpo_arguments(config: TrainConfig, output_dir: str | os.PathLike, reward_we
         "log_completions": config.log_completions,
         "disable_tqdm": False,
     }
+    if server is not None:
+        values.update(
+            vllm_server_host=server.host,
+            vllm_server_port=server.port,
+            vllm_group_port=server.group_port,
+            vllm_server_timeout=config.vllm_server_timeout_s,
+        )
+    if config.use_cpu and config.training_processes > 1:
+        values["ddp_backend"] = "gloo"  # CPU processes: NCCL needs GPUs
     known = {f.name for f in dataclasses.fields(GRPOConfig)}
     # transformers 5 folded warmup_ratio into warmup_steps (a float below 1 is a ratio)
     if "warmup_ratio" in known:
@@ -269,11 +299,15 @@ def train(
     checkpoint_dir: str | os.PathLike | None = None,
     extra_rewards: Sequence[tuple[Callable[..., list[float]], float]] = (),
     callbacks: Sequence[Any] = (),
+    server: VllmServer | None = None,
+    rank_process: bool = False,
 ) -> TrainResult:
     """Train (or resume), then write the adapter folder ``output`` and the metrics parquet.
 
     ``extra_rewards`` are ``(reward function, weight)`` pairs added to the ARC reward (tests use a
-    learnable one); ``callbacks`` are extra ``TrainerCallback`` objects.
+    learnable one); ``callbacks`` are extra ``TrainerCallback`` objects. ``rank_process``: this is one of
+    the processes arc_pipeline/training/launch.py started, which has already prepared the checkpoint
+    folder (and handled a finished run); ``server`` is its vLLM server in server mode.
     """
     if config.backend == "unsloth":
         _import_unsloth()
@@ -293,10 +327,15 @@ def train(
 
     output = Path(output)
     checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir is not None else default_checkpoint_dir(output)
-    resume = prepare_checkpoint_dir(checkpoint_dir, run_fingerprint(config, dataset_path, model_dir), model_dir)
-    if resume is not None and reached_the_end(resume, config):
-        # A forced rerun of a finished training: resuming would train past max_steps.
-        return _finished_from_checkpoint(resume, config, output, metrics_path)
+    if rank_process:
+        # read only: every rank writing the fingerprint marker at once could let one read it half written
+        resume = last_complete_checkpoint(checkpoint_dir)
+        if resume is not None:
+            log.info("resuming from %s", resume)
+    else:
+        resume, finished = prepare_run(config, dataset_path, model_dir, output, metrics_path, checkpoint_dir)
+        if finished is not None:
+            return finished
     model, tokenizer, peft_config = load_model(config, model_dir)
     dataset, dataset_counts = load_refinement_dataset(dataset_path, tokenizer, config)
     guard = CollapseGuard(config.collapse_guard)
@@ -325,7 +364,7 @@ def train(
         trainer = GRPOTrainer(
             model=model,
             reward_funcs=[func for func, _ in rewards],
-            args=grpo_arguments(config, checkpoint_dir, [weight for _, weight in rewards]),
+            args=grpo_arguments(config, checkpoint_dir, [weight for _, weight in rewards], server),
             train_dataset=dataset,
             processing_class=tokenizer,
             peft_config=peft_config,
@@ -335,7 +374,8 @@ def train(
         trainer.add_callback(CheckpointOnSigterm())  # SIGTERM (preemption): checkpoint, then stop
         phases.attach(trainer)
         trainer.train(resume_from_checkpoint=str(resume) if resume else None)
-    share_like_umask(checkpoint_dir)  # checkpoints too are for colleagues to read (safetensors: 0600)
+    if trainer.is_world_process_zero():
+        share_like_umask(checkpoint_dir)  # checkpoints too are for colleagues to read (safetensors: 0600)
     state = trainer.state
     kept = None
     if guard.stopped_at is not None:
@@ -353,6 +393,23 @@ def train(
         _write_adapter(trainer, output, kept, config, result, guard)
         write_table(metrics_rows(state.log_history), metrics_path, TRAINING_METRICS_SCHEMA)
     return result
+
+
+def prepare_run(
+    config: TrainConfig,
+    dataset_path: str | os.PathLike,
+    model_dir: str | os.PathLike,
+    output: str | os.PathLike,
+    metrics_path: str | os.PathLike,
+    checkpoint_dir: Path,
+) -> tuple[Path | None, TrainResult | None]:
+    """Prepare the checkpoint folder: ``(checkpoint to resume from, None)``, or ``(checkpoint, result)`` when
+    that checkpoint already finished the run and its adapter and metrics were written instead of training."""
+    resume = prepare_checkpoint_dir(checkpoint_dir, run_fingerprint(config, dataset_path, model_dir), model_dir)
+    if resume is not None and reached_the_end(resume, config):
+        # A forced rerun of a finished training: resuming would train past max_steps.
+        return resume, _finished_from_checkpoint(resume, config, Path(output), metrics_path)
+    return resume, None
 
 
 def _finished_from_checkpoint(
