@@ -27,6 +27,7 @@ import os
 import shlex
 import socket
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -34,6 +35,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from arc_pipeline.cli import RANK_ERRORS_VARIABLE
 from arc_pipeline.errors import PipelineError
 from arc_pipeline.training.config import TrainConfig
 from arc_pipeline.training.grpo import SUMMARY_FILE, VllmServer, prepare_run
@@ -86,7 +88,7 @@ def place(config: TrainConfig, gpus: list[str] | None) -> Placement:
     server = config.vllm_server_gpus if config.vllm_mode == "server" else 0
     if len(gpus) < config.job_gpus:
         raise PipelineError(
-            f"train: this job needs {config.job_gpus} GPUs (train.training_processes {config.training_processes}"
+            f"this job needs {config.job_gpus} GPUs (train.training_processes {config.training_processes}"
             + (f" + train.vllm_server_gpus {server}" if server else "")
             + f") and {len(gpus)} are visible (CUDA_VISIBLE_DEVICES={','.join(gpus)}); request more "
             "(cluster.gpu) or lower these"
@@ -177,8 +179,7 @@ def wait_until_healthy(url: str, supervisor: Supervisor, timeout_s: float, poll_
         status = process.poll()
         if status is not None:
             raise PipelineError(
-                f"train: the vLLM server exited with status {status} before {url} answered "
-                "(its output is in the log above)"
+                f"the vLLM server exited with status {status} before {url} answered (its output is in the log above)"
             )
         try:
             with urllib.request.urlopen(url, timeout=5) as response:
@@ -188,7 +189,7 @@ def wait_until_healthy(url: str, supervisor: Supervisor, timeout_s: float, poll_
             pass  # not listening yet
         if time.monotonic() >= deadline:
             raise PipelineError(
-                f"train: the vLLM server did not answer {url} within {timeout_s:g} s "
+                f"the vLLM server did not answer {url} within {timeout_s:g} s "
                 "(train.vllm_server_timeout_s); its output is in the log above"
             )
         time.sleep(poll_s)
@@ -213,7 +214,7 @@ def run_launched(config: TrainConfig, files: StageFiles) -> int:
         try:
             _start_and_wait(config, files, placement, supervisor)
         except StageStopped as stop:
-            raise PipelineError(f"train: {stop}") from None
+            raise PipelineError(str(stop)) from None
     summary = json.loads((files.output / SUMMARY_FILE).read_text())
     return int(summary["global_step"])
 
@@ -229,11 +230,18 @@ def _start_and_wait(config: TrainConfig, files: StageFiles, placement: Placement
         wait_until_healthy(url, supervisor, config.vllm_server_timeout_s)
         log.info("vLLM server healthy at %s after %.0f s", url, time.monotonic() - started)
     command = ranks_command(config.training_processes, master_port, rank_arguments(config, files, server))
-    supervisor.start(RANKS, command, _gpu_env(placement.ranks))
-    name, status = supervisor.wait_any()
-    if name == SERVER:
-        raise PipelineError(f"train: the vLLM server exited with status {status} while training ran (see the log)")
-    if status != 0:
-        raise PipelineError(
-            f"train: the training processes ended with status {status}; the first error is in the log above"
-        )
+    with tempfile.TemporaryDirectory(prefix="arc-pipeline-ranks-") as errors:
+        supervisor.start(RANKS, command, {**_gpu_env(placement.ranks), RANK_ERRORS_VARIABLE: errors})
+        name, status = supervisor.wait_any()
+        if name == SERVER:
+            raise PipelineError(f"the vLLM server exited with status {status} while training ran (see the log)")
+        if status != 0:
+            raise PipelineError(f"the training processes ended with status {status}{_first_error(Path(errors))}")
+
+
+def _first_error(folder: Path) -> str:
+    """``: rank N: <its error line>`` from the ranks' error files (arc_pipeline/cli.py), or a pointer to the log."""
+    reports = sorted(folder.glob("rank*"), key=lambda path: path.stat().st_mtime)
+    if not reports:
+        return "; the first error is in the log above"
+    return f": {reports[0].name.replace('rank', 'rank ')}: {reports[0].read_text().strip()}"

@@ -63,7 +63,7 @@ class Supervisor:
             self._previous.clear()
 
     def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
-        raise StageStopped(f"stopped by {signal.Signals(signum).name}; stopping the job's processes")
+        raise StageStopped(f"stopped by {signal.Signals(signum).name}; the job's processes were stopped")
 
     def start(self, name: str, command: Sequence[str], env: Mapping[str, str] | None = None) -> subprocess.Popen:
         log.info("starting %s: %s", name, " ".join(command))
