@@ -55,6 +55,8 @@ class Supervisor:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
+        for signum in _STOP_SIGNALS:  # a second signal must not cut the stopping short
+            signal.signal(signum, signal.SIG_IGN)
         try:
             self.stop()
         finally:
@@ -63,7 +65,10 @@ class Supervisor:
             self._previous.clear()
 
     def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
-        raise StageStopped(f"stopped by {signal.Signals(signum).name}; the job's processes were stopped")
+        raise StageStopped(
+            f"stopped by {signal.Signals(signum).name}: the job's processes were stopped; a rerun resumes from "
+            "the last checkpoint"
+        )
 
     def start(self, name: str, command: Sequence[str], env: Mapping[str, str] | None = None) -> subprocess.Popen:
         log.info("starting %s: %s", name, " ".join(command))

@@ -1,20 +1,25 @@
 """Data-parallel GRPO on the CPU: ``arc-pipeline train`` with ``training_processes: 2`` starts two gloo ranks
 (arc_pipeline/training/launch.py) and ends like one process: the same steps, an adapter of the same shape,
-one metrics table holding what both ranks generated, and a rerun that resumes from the checkpoint.
+one metrics table holding what both ranks generated; SIGTERM makes both ranks save one checkpoint, and a
+rerun resumes from it.
 Real processes, the tiny random Llama.
 """
 
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import polars as pl
+import psutil
 import pytest
 from safetensors import safe_open
 
+from arc_pipeline.training.checkpoints import last_complete_checkpoint
 from arc_pipeline.training.config import TrainConfig
 from arc_pipeline.training.grpo import train
 
@@ -29,8 +34,8 @@ CONFIG = {
     "gradient_accumulation_steps": 2,
     "max_completion_length": 4,
     "max_seq_length": 2048,
-    "max_steps": 2,
-    "save_steps": 2,
+    "max_steps": 4,
+    "save_steps": 100,  # no checkpoint of its own before the end: the one after SIGTERM is the preemption's
     "logging_steps": 1,
     "learning_rate": 5e-3,
     "warmup_ratio": 0.0,
@@ -58,24 +63,51 @@ def adapter_shapes(folder: Path) -> dict[str, tuple[int, ...]]:
         return {name: tuple(weights.get_slice(name).get_shape()) for name in weights.keys()}  # noqa: SIM118
 
 
-def test_two_processes_train_like_one(tiny_model, refinement_dataset, tmp_path):
+def logged_steps(metrics: Path) -> int:
+    try:
+        return int(pl.read_parquet(metrics)["step"].max() or 0)
+    except (OSError, pl.exceptions.PolarsError):
+        return 0  # not written yet
+
+
+def test_two_processes_train_like_one_and_resume_after_sigterm(tiny_model, refinement_dataset, tmp_path):
     dataset = refinement_dataset(4)
     one, two = tmp_path / "one", tmp_path / "two"
     reference = train(TrainConfig(**CONFIG), dataset, tiny_model, one / "adapter", one / "metrics.parquet")
-
     config = {**CONFIG, "training_processes": 2}
-    run = subprocess.run(train_command(dataset, tiny_model, two, config), capture_output=True, text=True, timeout=600)
-    assert run.returncode == 0, run.stderr[-3000:]
-    log = (two / "train.log").read_text()
-    assert "--nproc-per-node=2" in log and "training done at step 2" in log
-    assert log.count("adapter written to") == 1  # rank 0 alone writes the outputs
+    command = train_command(dataset, tiny_model, two, config)
+
+    # preempted after the first step: both ranks save the same checkpoint and stop, nothing is left running
+    stage = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    while logged_steps(two / "metrics.parquet") < 1 and stage.poll() is None:
+        assert time.monotonic() < deadline, "training did not log its first step"
+        time.sleep(0.1)
+    stage.send_signal(signal.SIGTERM)
+    _, stderr = stage.communicate(timeout=300)
+    assert stage.returncode == 1, stderr[-3000:]
+    assert stderr.rstrip().splitlines()[-1].startswith("arc-pipeline train: stopped by SIGTERM"), stderr[-3000:]
+    checkpoint = last_complete_checkpoint(two / "adapter_checkpoints")
+    assert checkpoint is not None, stderr[-3000:]
+    step = int(checkpoint.name.split("-")[1])
+    assert 1 <= step < CONFIG["max_steps"]
+    for rank in (0, 1):
+        assert f"arc-pipeline train [rank {rank}]: stopped by SIGTERM; saved checkpoint-{step}" in stderr
+    assert not (two / "adapter").exists()
+    assert not [p for p in psutil.process_iter(["cmdline"]) if str(dataset) in " ".join(p.info["cmdline"] or [])]
+
+    rerun = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert f"resuming from {checkpoint}" in rerun.stderr
+    assert "--nproc-per-node=2" in rerun.stderr and "training done at step 4" in rerun.stderr
+    assert rerun.stderr.count("adapter written to") == 1  # rank 0 alone writes the outputs
 
     summary = json.loads((two / "adapter" / "training_summary.json").read_text())
-    assert summary["global_step"] == reference.global_step == 2
+    assert summary["global_step"] == reference.global_step == CONFIG["max_steps"]
     assert adapter_shapes(two / "adapter") == adapter_shapes(one / "adapter")
     metrics = pl.read_parquet(two / "metrics.parquet")
     assert metrics.group_by("step", "name").len()["len"].max() == 1  # one table, not one per rank
-    assert metrics.filter(pl.col("name") == "reward")["step"].sort().to_list() == [1, 2]
+    assert metrics.filter(pl.col("name") == "reward")["step"].sort().to_list() == [1, 2, 3, 4]
     # Each rank generates half of a step's completions; TRL gathers them before logging, so the token count
     # is both ranks' (the same prompt and 4-token completions: exactly the one-process count)
     single = pl.read_parquet(one / "metrics.parquet")
@@ -83,13 +115,3 @@ def test_two_processes_train_like_one(tiny_model, refinement_dataset, tmp_path):
         frame.filter(pl.col("name") == "num_tokens").sort("step")["value"].to_list() for frame in (single, metrics)
     ]
     assert tokens[0] == tokens[1] and tokens[0][-1] > 0
-
-    # a rerun that asks for one more step resumes from the two-process checkpoint
-    rerun = subprocess.run(
-        train_command(dataset, tiny_model, two, {**config, "max_steps": 3}), capture_output=True, text=True, timeout=600
-    )
-    assert rerun.returncode == 0, rerun.stderr[-3000:]
-    assert f"resuming from {two / 'adapter_checkpoints' / 'checkpoint-2'}" in rerun.stderr
-    assert json.loads((two / "adapter" / "training_summary.json").read_text())["global_step"] == 3
-    steps = pl.read_parquet(two / "metrics.parquet").filter(pl.col("name") == "reward")["step"].to_list()
-    assert sorted(steps) == [1, 2, 3]
