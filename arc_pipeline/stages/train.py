@@ -51,7 +51,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from arc_pipeline.models.folder import check_model_dir
     from arc_pipeline.training.checkpoints import default_checkpoint_dir
-    from arc_pipeline.training.grpo import VllmServer, train
+    from arc_pipeline.training.grpo import train
+    from arc_pipeline.training.trainer_args import VllmServer
 
     config = parse_config(args, TrainConfig)
     # The inputs are checked here, in a second: training reads them only after importing torch and TRL.

@@ -2,7 +2,7 @@
 
 Defaults are the published multi-turn run (docs/defaults.md). TRL 1.x changed several
 defaults the published run relied on (loss type, beta 0, top_p 1.0, bf16 on, no ``max_prompt_length``), so
-:func:`arc_pipeline.training.grpo.grpo_config` sets every one of them from here explicitly and never
+:func:`arc_pipeline.training.trainer_args.grpo_arguments` sets every one of them from here explicitly and never
 relies on TRL's defaults.
 
 Collapse guards (entropy and truncation watch, soft overlong penalty, clip-higher) are off by
