@@ -63,10 +63,12 @@ def logged_steps(metrics: Path) -> int:
 
 
 def step_metrics(metrics: Path) -> pl.DataFrame:
-    """The metrics table without wall-clock timings and the trainer's end-of-run summary (about the steps
-    the last process ran): docs/reliability.md."""
+    """The metrics table without wall-clock timings, the phase timer's times and memory peaks
+    (arc_pipeline/training/phases.py) and the trainer's end-of-run summary (about the steps the last process
+    ran): docs/reliability.md."""
     frame = pl.read_parquet(metrics)
-    return frame.filter(~pl.col("name").str.contains("step_time|train_runtime|per_second|train_loss|total_flos"))
+    measured = "^time/|^memory/|step_time|train_runtime|per_second|train_loss|total_flos"
+    return frame.filter(~pl.col("name").str.contains(measured))
 
 
 def test_checkpoint_choice_skips_a_cut_trainer_state(tmp_path):
