@@ -69,7 +69,8 @@ class GpuJobConfig(BaseModel):
     threads: PositiveInt = Field(
         8,
         description="CPU threads per job (Snakemake's `threads`; the training "
-        "reward sandbox uses this many workers unless train.execution_workers is set)",
+        "reward sandbox uses this many workers, shared by train.training_processes, unless "
+        "train.execution_workers is set)",
     )
 
 

@@ -56,7 +56,9 @@ class TrainConfig(BaseModel):
     backend: Literal["trl", "unsloth"] = Field(
         "trl", description="trl: plain TRL + peft; unsloth: Unsloth's patched model and trainer (GPU only, lazy import)"
     )
-    use_vllm: bool = Field(False, description="generate with vLLM colocated in the training process (GPU only)")
+    use_vllm: bool = Field(
+        False, description="generate with vLLM, colocated in each training process or as a server (vllm_mode; GPU only)"
+    )
     vllm_gpu_memory_utilization: float = Field(0.3, gt=0, le=1, description="published run: 0.3")
     vllm_enable_sleep_mode: bool = Field(
         False,
