@@ -12,11 +12,13 @@ traceback.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import json
 import logging
 import os
 import sys
+from pathlib import Path
 from types import ModuleType
 
 from arc_pipeline.errors import PipelineError
@@ -96,13 +98,24 @@ def build_parser() -> argparse.ArgumentParser:
 GPU_COMMANDS = {"inference", "train"}
 
 
+def _gpu_count(command: str, config_json: str) -> int:
+    """GPUs the command uses: inference's tensor_parallel_size; train's server and training processes."""
+    values = json.loads(config_json or "{}")
+    if command == "train":
+        from arc_pipeline.training.config import TrainConfig
+
+        config = TrainConfig.model_validate(values)
+        return 1 if config.use_cpu else config.job_gpus
+    return int(values.get("tensor_parallel_size", 1))
+
+
 def _pin_gpus(command: str, args: argparse.Namespace) -> None:
     if command not in GPU_COMMANDS:
         return
     from arc_pipeline.gpu_slots import pin_gpus
 
     try:
-        count = int(json.loads(getattr(args, "config_json", "{}") or "{}").get("tensor_parallel_size", 1))
+        count = _gpu_count(command, getattr(args, "config_json", "{}"))
     except (ValueError, AttributeError):
         count = 1  # the stage's own config check reports a malformed --config-json
     pin_gpus(count)
@@ -117,9 +130,26 @@ def _run(command: str, module: ModuleType, args: argparse.Namespace, gpu_memory_
             return int(module.run(args) or 0)
     except PipelineError as error:
         # The message names the file or field and says what to do (arc_pipeline/errors.py): no traceback.
-        sys.stderr.write(f"arc-pipeline {command}: {error}\n")
+        sys.stderr.write(f"arc-pipeline {command}{_rank_tag()}: {error}\n")
         sys.stderr.flush()
+        _report_to_launcher(error)
         return 1
+
+
+# A process started by the multi-process train job (arc_pipeline/training/launch.py) also leaves its error line
+# in this folder, so that the job's own last line can say which rank failed and why.
+RANK_ERRORS_VARIABLE = "ARC_PIPELINE_RANK_ERRORS"
+
+
+def _rank_tag() -> str:
+    return f" [rank {os.environ.get('RANK', '?')}]" if os.environ.get(RANK_ERRORS_VARIABLE) else ""
+
+
+def _report_to_launcher(error: PipelineError) -> None:
+    folder = os.environ.get(RANK_ERRORS_VARIABLE)
+    if folder:
+        with contextlib.suppress(OSError):
+            (Path(folder) / f"rank{os.environ.get('RANK', '0')}").write_text(str(error))
 
 
 def main(argv: list[str] | None = None) -> int:

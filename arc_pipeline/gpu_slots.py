@@ -1,4 +1,4 @@
-"""One GPU per job on a workstation: pick free GPUs and set ``CUDA_VISIBLE_DEVICES`` before CUDA starts.
+"""GPUs per job on a workstation: pick free GPUs and set ``CUDA_VISIBLE_DEVICES`` before CUDA starts.
 
 Snakemake (``profiles/workstation``) limits how many GPU jobs run at once by the ``gpus`` resource
 that the GPU rules declare, but does not say *which* GPU a job gets. Without this, every vLLM job
@@ -49,8 +49,8 @@ def acquire(count: int, n_gpus: int, lock_dir: Path, poll_s: float = 5.0) -> lis
     """Lock ``count`` of the GPUs ``0..n_gpus-1`` (waiting while others hold them); return their indices."""
     if count > n_gpus:
         raise PipelineError(
-            f"this job needs {count} GPUs and the machine has {n_gpus}: "
-            f"lower inference.tensor_parallel_size to at most {n_gpus}"
+            f"this job needs {count} GPUs and the machine has {n_gpus}: lower inference.tensor_parallel_size, "
+            f"or train.training_processes (+ train.vllm_server_gpus in server mode), to at most {n_gpus}"
         )
     lock_dir.mkdir(parents=True, exist_ok=True)
     waited = False

@@ -9,7 +9,7 @@ import yaml
 
 from snakemake.utils import validate
 
-from arc_pipeline.config.cluster import gpu_job_resources
+from arc_pipeline.config.cluster import gpu_job_resources, train_job_gpus
 from arc_pipeline.config.prepare import prepare_config
 
 # base: presets, old section names, --config types, one-line errors (see the module). The config comes back
@@ -89,6 +89,12 @@ def gpu_resources():
     """One set of names for every executor: HTCondor's request_*, Slurm's gpu/mem_mb/runtime/slurm_partition,
     and `gpus`, which a workstation run limits with --resources gpus=N (arc_pipeline/config/cluster.py)."""
     return gpu_job_resources(WORKFLOW.cluster.gpu)
+
+
+def train_gpu_resources():
+    """gpu_resources() with the train job's own GPU count: train.vllm_server_gpus (server mode) plus
+    train.training_processes (docs/multi-gpu.md)."""
+    return gpu_job_resources(WORKFLOW.cluster.gpu, train_job_gpus(WORKFLOW.train, WORKFLOW.cluster.gpu))
 
 
 def final_outputs():

@@ -1,5 +1,7 @@
-# GRPO on the refinement dataset (one GPU). A rerun after a kill resumes from the last checkpoint
-# kept in the checkpoints folder, which is deliberately not an output (Snakemake would delete it).
+# GRPO on the refinement dataset: one GPU, or a vLLM server and several training processes started inside
+# the job (train.vllm_mode, train.training_processes: docs/multi-gpu.md), which set its GPU count. A rerun
+# after a kill resumes from the last checkpoint kept in the checkpoints folder, which is deliberately not an
+# output (Snakemake would delete it).
 rule train:
     input:
         dataset=rules.refine_dataset.output,
@@ -13,7 +15,7 @@ rule train:
         benchmark_path("train")
     threads: WORKFLOW.cluster.gpu.threads
     resources:
-        **gpu_resources(),
+        **train_gpu_resources(),
     params:
         cfg=config_slice("train"),
         checkpoints=result("train/checkpoints"),

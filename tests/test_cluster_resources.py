@@ -49,3 +49,21 @@ def test_partition_and_gpu_model_only_when_set() -> None:
     # no GPU requested: no GPU model either (sbatch would read --gpus=h100:0)
     cpu_only = gpu_job_resources(GpuJobConfig(request_gpus=0, slurm_gpu_model="h100"))
     assert cpu_only["gpu"] == 0 and "gpu_model" not in cpu_only
+
+
+def test_the_train_job_asks_for_its_server_and_training_gpus() -> None:
+    from arc_pipeline.config.cluster import train_job_gpus
+    from arc_pipeline.training.config import TrainConfig
+
+    gpu = GpuJobConfig(slurm_gpu_model="h100")
+    server = TrainConfig(
+        use_vllm=True, vllm_mode="server", vllm_server_gpus=2, training_processes=3, num_generations=12
+    )
+    assert train_job_gpus(server, gpu) == 5
+    assert train_job_gpus(TrainConfig(training_processes=2), gpu) == 2
+    assert train_job_gpus(TrainConfig(), gpu) == 1  # one process, colocated: as before
+    # a CPU run, or no GPU for any job: request_gpus as configured
+    assert train_job_gpus(TrainConfig(use_cpu=True, bf16=False, training_processes=2), gpu) == 1
+    assert train_job_gpus(server, GpuJobConfig(request_gpus=0)) == 0
+    resources = gpu_job_resources(gpu, train_job_gpus(server, gpu))
+    assert resources["gpus"] == resources["request_gpus"] == resources["gpu"] == 5 and resources["gpu_model"] == "h100"

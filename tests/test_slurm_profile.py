@@ -100,3 +100,17 @@ def test_partition_and_gpu_model_reach_sbatch(workdir: Path, monkeypatch: pytest
             assert _option(options, "-t") == "90", options
         elif not job.is_norun and job.rule.name not in workflow._localrules:
             assert _option(_sbatch_options(job, settings), "-p") is None
+
+
+def test_train_asks_for_its_server_and_training_gpus(workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+    # server mode: 1 GPU for vLLM + 2 training processes = 3 for the train job; inference keeps request_gpus
+    config = ["train={vllm_mode: server, vllm_server_gpus: 1, training_processes: 2}"]
+    argv = ["--profile", "profiles/slurm", "--configfile", PUBLISHED, "--config", *config]
+    workflow, settings = _dry_run_in_process(argv, monkeypatch, executor="slurm")
+    gpus = {}
+    for job in workflow.dag.jobs:
+        if job.rule.name in GPU_RULES:
+            options = _sbatch_options(job, settings)
+            gpus[job.rule.name] = (_option(options, "--gpus"), _option(get_gpu_setting(job), "--gpus"))
+    assert gpus.pop("train") == ("3", "3")
+    assert set(gpus.values()) == {("1", "1")}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 
 os.environ["CONDOR_CONFIG"] = os.devnull  # before htcondor2 is imported: never reach a real pool
@@ -94,3 +95,13 @@ def test_pinning_leaves_a_set_cuda_visible_devices_alone(monkeypatch: pytest.Mon
     assert pin_gpus(1) is None and os.environ["CUDA_VISIBLE_DEVICES"] == "3"
     with pytest.raises(PipelineError, match="needs 2 GPUs and the machine has 1"):
         acquire(2, 1, tmp_path)
+
+
+def test_a_train_job_locks_its_server_and_training_gpus() -> None:
+    from arc_pipeline.cli import _gpu_count
+
+    server = {"use_vllm": True, "vllm_mode": "server", "vllm_server_gpus": 2, "training_processes": 2}
+    assert _gpu_count("train", json.dumps(server)) == 4
+    assert _gpu_count("train", json.dumps({"training_processes": 2})) == 2
+    assert _gpu_count("train", json.dumps({"use_cpu": True, "bf16": False, "training_processes": 2})) == 1
+    assert _gpu_count("inference", json.dumps({"tensor_parallel_size": 2})) == 2

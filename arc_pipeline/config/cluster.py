@@ -18,6 +18,7 @@ from __future__ import annotations
 import re
 
 from arc_pipeline.config.workflow import GpuJobConfig
+from arc_pipeline.training.config import TrainConfig
 
 # HTCondor's size suffixes are binary: K = KiB, M = MiB, G = GiB, T = TiB (a trailing B is optional).
 _HTCONDOR_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)B?\s*$", re.IGNORECASE)
@@ -35,21 +36,32 @@ def htcondor_size_mib(value: str | int, bare_unit: str) -> int:
     return max(1, int(-(-mib // 1)))
 
 
-def gpu_job_resources(gpu: GpuJobConfig) -> dict[str, int | str]:
-    """The ``resources:`` of every GPU rule (see the module docstring for who reads which name)."""
+def train_job_gpus(train: TrainConfig, gpu: GpuJobConfig) -> int:
+    """GPUs of the train job: its vLLM server's plus one per training process (docs/multi-gpu.md).
+
+    ``cluster.gpu.request_gpus`` 0 (no GPU for any job) and ``train.use_cpu`` keep ``request_gpus``, as before."""
+    if gpu.request_gpus == 0 or train.use_cpu:
+        return gpu.request_gpus
+    return train.job_gpus
+
+
+def gpu_job_resources(gpu: GpuJobConfig, gpus: int | None = None) -> dict[str, int | str]:
+    """The ``resources:`` of every GPU rule (see the module docstring for who reads which name); ``gpus``
+    replaces ``gpu.request_gpus`` (the train job's own count, :func:`train_job_gpus`)."""
+    count = gpu.request_gpus if gpus is None else gpus
     resources: dict[str, int | str] = {
-        "gpus": gpu.request_gpus,
-        "request_gpus": gpu.request_gpus,
+        "gpus": count,
+        "request_gpus": count,
         "request_memory": gpu.request_memory,
         "request_disk": gpu.request_disk,
         "gpus_minimum_memory": gpu.gpus_minimum_memory,
-        "gpu": gpu.request_gpus,
+        "gpu": count,
         "mem_mb": htcondor_size_mib(gpu.request_memory, "M"),
         "disk_mb": htcondor_size_mib(gpu.request_disk, "K"),
         "runtime": gpu.runtime,
     }
     if gpu.slurm_partition:
         resources["slurm_partition"] = gpu.slurm_partition
-    if gpu.slurm_gpu_model and gpu.request_gpus:
+    if gpu.slurm_gpu_model and count:
         resources["gpu_model"] = gpu.slurm_gpu_model
     return resources

@@ -47,7 +47,8 @@ class GpuJobConfig(BaseModel):
     request_gpus: NonNegativeInt = Field(
         1,
         description="GPUs per job (HTCondor request_gpus, Slurm --gpus; also the `gpus` resource a workstation "
-        "run limits with --resources gpus=N)",
+        "run limits with --resources gpus=N). The train job asks for train.training_processes (+ "
+        "train.vllm_server_gpus in server mode) instead, unless this is 0 or train.use_cpu is true",
     )
     request_memory: str = Field(
         "64GB", description="host memory per job, HTCondor units (MiB if a bare number; Slurm --mem in MiB)"
@@ -68,7 +69,8 @@ class GpuJobConfig(BaseModel):
     threads: PositiveInt = Field(
         8,
         description="CPU threads per job (Snakemake's `threads`; the training "
-        "reward sandbox uses this many workers unless train.execution_workers is set)",
+        "reward sandbox uses this many workers, shared by train.training_processes, unless "
+        "train.execution_workers is set)",
     )
 
 

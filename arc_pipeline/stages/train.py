@@ -5,6 +5,10 @@ Outputs: the adapter folder (``--output``) and the per-step metrics parquet (``-
 ``<output>_checkpoints``), which is not a declared output: when the job is killed and rerun, training
 resumes from the last complete checkpoint there. TensorBoard logs are under
 ``<checkpoint-dir>/runs``. The config is :class:`arc_pipeline.training.config.TrainConfig`.
+
+With ``vllm_mode: server`` or ``training_processes`` > 1 this process starts the job's vLLM server and
+training ranks and watches them (arc_pipeline/training/launch.py, docs/multi-gpu.md); each rank runs this
+same command with ``--rank-process``.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import logging
 from pathlib import Path
 
 from arc_pipeline.config.slices import add_config_argument, parse_config
+from arc_pipeline.errors import PipelineError
 from arc_pipeline.io import check_parquet
 from arc_pipeline.schemas import REFINEMENT_SCHEMA
 from arc_pipeline.training.config import TrainConfig
@@ -32,19 +37,53 @@ def configure(parser: argparse.ArgumentParser) -> None:
         type=int,
         help="CPUs this job may use (Snakemake's threads): the default number of reward sandbox workers",
     )
+    # Set by arc_pipeline/training/launch.py on the processes it starts (several processes or server mode):
+    parser.add_argument(
+        "--rank-process",
+        action="store_true",
+        help="internal: this is one training rank started by the stage itself (torch.distributed.run)",
+    )
+    parser.add_argument("--vllm-server-port", type=int, help="internal: port of the job's vLLM server (server mode)")
+    parser.add_argument("--vllm-group-port", type=int, help="internal: weight-sync port of that server")
     add_config_argument(parser)
 
 
 def run(args: argparse.Namespace) -> int:
     from arc_pipeline.models.folder import check_model_dir
+    from arc_pipeline.training.checkpoints import default_checkpoint_dir
     from arc_pipeline.training.grpo import train
+    from arc_pipeline.training.trainer_args import VllmServer
 
     config = parse_config(args, TrainConfig)
     # The inputs are checked here, in a second: training reads them only after importing torch and TRL.
     check_parquet(args.dataset, REFINEMENT_SCHEMA)
     check_model_dir(args.model)
     config = config.model_copy(update={"execution_workers": config.reward_workers(args.threads)})
-    result = train(config, args.dataset, args.model, args.output, args.metrics, args.checkpoint_dir)
+    if config.launched and not args.rank_process:
+        # several processes or a vLLM server: this process starts and watches them (docs/multi-gpu.md)
+        from arc_pipeline.training.launch import StageFiles, run_launched
+
+        checkpoints = args.checkpoint_dir or default_checkpoint_dir(args.output)
+        files = StageFiles(args.dataset, args.model, args.output, args.metrics, checkpoints)
+        log.info("training done at step %d", run_launched(config, files))
+        return 0
+    server = None
+    if args.vllm_server_port is not None:
+        from arc_pipeline.training.launch import HOST
+
+        if args.vllm_group_port is None:
+            raise PipelineError("train: --vllm-server-port needs --vllm-group-port")
+        server = VllmServer(HOST, args.vllm_server_port, args.vllm_group_port)
+    result = train(
+        config,
+        args.dataset,
+        args.model,
+        args.output,
+        args.metrics,
+        args.checkpoint_dir,
+        server=server,
+        rank_process=args.rank_process,
+    )
     log.info(
         "training done at step %d%s%s",
         result.global_step,

@@ -37,6 +37,13 @@ _NOT_IN_FINGERPRINT = {
     "execution_workers",
     "collapse_guard",
     "max_steps",
+    # where generation runs and how the job stops its processes, not what is learned
+    "vllm_mode",
+    "vllm_server_gpus",
+    "vllm_server_tensor_parallel_size",
+    "vllm_server_gpu_memory_utilization",
+    "vllm_server_timeout_s",
+    "stop_grace_s",
 }
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
 _WHOLE_FILE_BYTES = 4 << 20  # files up to this size are hashed whole; larger ones (weights) sampled

@@ -2,7 +2,7 @@
 
 Defaults are the published multi-turn run (docs/defaults.md). TRL 1.x changed several
 defaults the published run relied on (loss type, beta 0, top_p 1.0, bf16 on, no ``max_prompt_length``), so
-:func:`arc_pipeline.training.grpo.grpo_config` sets every one of them from here explicitly and never
+:func:`arc_pipeline.training.trainer_args.grpo_arguments` sets every one of them from here explicitly and never
 relies on TRL's defaults.
 
 Collapse guards (entropy and truncation watch, soft overlong penalty, clip-higher) are off by
@@ -56,7 +56,9 @@ class TrainConfig(BaseModel):
     backend: Literal["trl", "unsloth"] = Field(
         "trl", description="trl: plain TRL + peft; unsloth: Unsloth's patched model and trainer (GPU only, lazy import)"
     )
-    use_vllm: bool = Field(False, description="generate with vLLM colocated in the training process (GPU only)")
+    use_vllm: bool = Field(
+        False, description="generate with vLLM, colocated in each training process or as a server (vllm_mode; GPU only)"
+    )
     vllm_gpu_memory_utilization: float = Field(0.3, gt=0, le=1, description="published run: 0.3")
     vllm_enable_sleep_mode: bool = Field(
         False,
@@ -65,6 +67,40 @@ class TrainConfig(BaseModel):
         "(benchmarks/gpu_grpo.py measures it)",
     )
     torch_compile: bool = Field(False, description="torch.compile the policy (transformers' torch_compile)")
+
+    # ---- processes and GPUs of the train job (docs/multi-gpu.md)
+    vllm_mode: Literal["colocate", "server"] = Field(
+        "colocate",
+        description="with use_vllm: colocate = each training process runs its own vLLM engine on its GPU; "
+        "server = the job starts a vLLM server (trl vllm-serve) on vllm_server_gpus GPUs of its own and the "
+        "training processes send it their prompts and weights",
+    )
+    vllm_server_gpus: PositiveInt = Field(
+        1,
+        description="server mode: GPUs of the vLLM server (data-parallel replicas x vllm_server_tensor_parallel_size)",
+    )
+    vllm_server_tensor_parallel_size: PositiveInt = Field(
+        1, description="server mode: GPUs per server replica (must divide vllm_server_gpus)"
+    )
+    vllm_server_gpu_memory_utilization: float = Field(
+        0.9, gt=0, le=1, description="server mode: share of each server GPU's memory vLLM takes (it owns them)"
+    )
+    vllm_server_timeout_s: float = Field(
+        600,
+        gt=0,
+        description="server mode: seconds the stage waits for the server's /health to answer before it gives up",
+    )
+    training_processes: PositiveInt = Field(
+        1,
+        description="data-parallel training processes, one GPU each (torch.distributed; gloo on the CPU); they "
+        "share each step's completions, so steps and completions per step do not change with this number",
+    )
+    stop_grace_s: float = Field(
+        30,
+        ge=0,
+        description="when one process of a multi-process train job fails or the job is stopped, seconds the "
+        "others get between SIGTERM and SIGKILL",
+    )
     use_cpu: bool = Field(False, description="train on the CPU (tests, the embedded default config)")
     bf16: bool = Field(True, description="bf16 mixed precision (published run: bf16); False on CPU")
     gradient_checkpointing: bool = Field(True, description="recompute activations to fit 8B + 9.7k tokens on a GPU")
@@ -99,9 +135,10 @@ class TrainConfig(BaseModel):
     gradient_accumulation_steps: PositiveInt = Field(4, description="published run: 4")
     per_device_train_batch_size: PositiveInt | None = Field(
         None,
-        description="completions per forward pass; None = num_generations / gradient_accumulation_steps, so one "
-        "prompt's generations are spread over the accumulation steps (TRL: generation batch = per-device batch x "
-        "processes x steps_per_generation, steps_per_generation = gradient_accumulation_steps)",
+        description="completions per forward pass; None = num_generations x task_repeats / "
+        "(gradient_accumulation_steps x training_processes), so one prompt's generations are spread over the "
+        "accumulation steps and processes (TRL: generation batch = per-device batch x processes x "
+        "steps_per_generation, steps_per_generation = gradient_accumulation_steps)",
     )
 
     # ---- GRPO
@@ -181,8 +218,9 @@ class TrainConfig(BaseModel):
     soft_overlong_weight: float = Field(1.0, ge=0, description="weight of the overlong penalty in the summed reward")
     execution_workers: PositiveInt | None = Field(
         None,
-        description="sandbox processes running generated programs; None = the job's threads (--threads: "
-        "the workflow passes cluster.gpu.threads), 4 when run without --threads",
+        description="sandbox processes running generated programs, per training process; None = the job's "
+        "threads (--threads: the workflow passes cluster.gpu.threads; 4 when run without it) divided among the "
+        "training processes",
     )
     execution_rules: Literal["strict", "published"] = Field(
         "strict",
@@ -218,20 +256,23 @@ class TrainConfig(BaseModel):
     def _check(self) -> TrainConfig:
         if self.reward not in REWARD_NAMES:
             raise ValueError(f"reward must be one of {list(REWARD_NAMES)}, got {self.reward!r}")
-        if self.per_device_train_batch_size is None and self.completions_per_step % self.gradient_accumulation_steps:
+        shares = self.gradient_accumulation_steps * self.training_processes
+        if self.per_device_train_batch_size is None and self.completions_per_step % shares:
             raise ValueError(
                 f"num_generations x task_repeats ({self.completions_per_step}) must be a multiple of "
-                f"gradient_accumulation_steps ({self.gradient_accumulation_steps}), or set per_device_train_batch_size"
+                f"gradient_accumulation_steps x training_processes ({shares}), or set per_device_train_batch_size"
             )
         if (
             self.task_repeats > 1
             and self.per_device_train_batch_size is not None
-            and (self.per_device_train_batch_size * self.gradient_accumulation_steps != self.completions_per_step)
+            and (self.per_device_train_batch_size * shares != self.completions_per_step)
         ):
             raise ValueError(
                 "with task_repeats > 1 one generation batch must hold exactly one task's groups: "
-                "per_device_train_batch_size x gradient_accumulation_steps must equal num_generations x task_repeats"
+                "per_device_train_batch_size x gradient_accumulation_steps x training_processes must equal "
+                "num_generations x task_repeats"
             )
+        self._check_processes()
         if self.max_completion_length >= self.max_seq_length:
             raise ValueError("max_completion_length must be smaller than max_seq_length")
         if self.use_cpu and self.bf16:
@@ -241,6 +282,29 @@ class TrainConfig(BaseModel):
         if self.soft_overlong_cache >= self.max_completion_length:
             raise ValueError("soft_overlong_cache must be smaller than max_completion_length")
         return self
+
+    def _check_processes(self) -> None:
+        if self.vllm_mode == "server" and not self.use_vllm:
+            raise ValueError("vllm_mode 'server' generates with a vLLM server: set use_vllm true or vllm_mode colocate")
+        if self.vllm_mode == "server" and self.vllm_enable_sleep_mode:
+            raise ValueError("vllm_enable_sleep_mode is for vllm_mode colocate: the server owns its GPUs")
+        if self.vllm_server_gpus % self.vllm_server_tensor_parallel_size:
+            raise ValueError(
+                f"vllm_server_gpus ({self.vllm_server_gpus}) must be a multiple of vllm_server_tensor_parallel_size "
+                f"({self.vllm_server_tensor_parallel_size})"
+            )
+        if self.backend == "unsloth" and self.launched:
+            raise ValueError("training_processes > 1 and vllm_mode 'server' need backend trl (unsloth: one GPU)")
+
+    @property
+    def launched(self) -> bool:
+        """Whether the stage starts its processes through arc_pipeline/training/launch.py (server or several)."""
+        return self.vllm_mode == "server" or self.training_processes > 1
+
+    @property
+    def job_gpus(self) -> int:
+        """GPUs one train job uses on a GPU machine: the server's plus one per training process."""
+        return self.training_processes + (self.vllm_server_gpus if self.vllm_mode == "server" else 0)
 
     @property
     def completions_per_step(self) -> int:
@@ -252,11 +316,11 @@ class TrainConfig(BaseModel):
         """Per-device train batch size actually used."""
         if self.per_device_train_batch_size is not None:
             return self.per_device_train_batch_size
-        return self.completions_per_step // self.gradient_accumulation_steps
+        return self.completions_per_step // (self.gradient_accumulation_steps * self.training_processes)
 
     def reward_workers(self, threads: int | None = None) -> int:
-        """``execution_workers`` if set, else the job's threads, else 4."""
-        return self.execution_workers or threads or 4
+        """``execution_workers`` if set, else the job's threads (else 4) shared by the training processes."""
+        return self.execution_workers or max(1, (threads or 4) // self.training_processes)
 
     @property
     def max_prompt_tokens(self) -> int:

@@ -32,11 +32,13 @@ from arc_pipeline.training.checkpoints import (
     best_checkpoint,
     copy_adapter,
     default_checkpoint_dir,
+    last_complete_checkpoint,
     prepare_checkpoint_dir,
     reached_the_end,
     run_fingerprint,
 )
 from arc_pipeline.training.config import TrainConfig
+from arc_pipeline.training.trainer_args import VllmServer, grpo_arguments, lora_config
 
 log = logging.getLogger(__name__)
 
@@ -98,103 +100,6 @@ def load_refinement_dataset(path: str | os.PathLike, tokenizer: Any, config: Tra
 
 
 # ------------------------------------------------------------------ model and trainer configuration
-
-
-def lora_config(config: TrainConfig) -> Any:
-    from peft import LoraConfig
-
-    return LoraConfig(
-        r=config.lora_r,
-        lora_alpha=config.lora_alpha,
-        lora_dropout=config.lora_dropout,
-        target_modules=list(config.lora_target_modules),
-        use_rslora=config.use_rslora,
-        bias="none",
-        task_type="CAUSAL_LM",
-    )
-
-
-def grpo_arguments(config: TrainConfig, output_dir: str | os.PathLike, reward_weights: Sequence[float]) -> Any:
-    """A ``GRPOConfig`` with every value that matters set from ``config`` (no TRL default relied on).
-
-    Keys this TRL version does not know are dropped with a warning, so the same code runs on the CPU
-    (trl 1.16) and GPU (trl 1.15) environments.
-    """
-    from trl import GRPOConfig
-
-    values: dict[str, Any] = {
-        "output_dir": str(output_dir),
-        "seed": config.seed,
-        "data_seed": config.seed,
-        "use_cpu": config.use_cpu,
-        "bf16": config.bf16,
-        "fp16": False,
-        "gradient_checkpointing": config.gradient_checkpointing,
-        # optimisation
-        "learning_rate": config.learning_rate,
-        "lr_scheduler_type": config.lr_scheduler_type,
-        "max_grad_norm": config.max_grad_norm,
-        "weight_decay": config.weight_decay,
-        "optim": config.optim,
-        "num_train_epochs": config.num_train_epochs,
-        "max_steps": config.max_steps,
-        "per_device_train_batch_size": config.batch_size,
-        "gradient_accumulation_steps": config.gradient_accumulation_steps,
-        # GRPO
-        "num_generations": config.num_generations,
-        "beta": config.beta,
-        "loss_type": config.loss_type,
-        "scale_rewards": config.scale_rewards,
-        "mask_truncated_completions": config.mask_truncated_completions,
-        "epsilon": config.epsilon,
-        "epsilon_high": config.epsilon_high,
-        "num_iterations": config.num_iterations,
-        "vllm_importance_sampling_correction": config.vllm_importance_sampling_correction,
-        "use_bias_correction_kl": config.use_bias_correction_kl,
-        "reward_weights": list(reward_weights),
-        "remove_unused_columns": False,
-        # task_repeats > 1: the dataset is already shuffled and holds each task's repeats in a row, which
-        # TRL's sampler must keep together to put them in one generation batch
-        "shuffle_dataset": config.task_repeats == 1,
-        # sampling
-        "temperature": config.temperature,
-        "top_p": config.top_p,
-        "top_k": config.top_k,
-        "min_p": None,
-        "repetition_penalty": config.repetition_penalty,
-        "max_completion_length": config.max_completion_length,
-        "use_vllm": config.use_vllm,
-        "vllm_mode": "colocate",
-        "vllm_gpu_memory_utilization": config.vllm_gpu_memory_utilization,
-        "vllm_enable_sleep_mode": config.vllm_enable_sleep_mode,
-        "torch_compile": config.torch_compile,
-        "vllm_max_model_length": config.max_seq_length,
-        # checkpoints and logging
-        "save_strategy": "steps",
-        "save_steps": config.save_steps,
-        "save_total_limit": config.save_total_limit,
-        "save_only_model": False,  # optimizer and RNG states are needed to resume
-        "logging_strategy": "steps",
-        "logging_steps": config.logging_steps,
-        "report_to": list(config.report_to) or "none",
-        "run_name": config.run_name or Path(output_dir).name,
-        "log_completions": config.log_completions,
-        "disable_tqdm": False,
-    }
-    known = {f.name for f in dataclasses.fields(GRPOConfig)}
-    # transformers 5 folded warmup_ratio into warmup_steps (a float below 1 is a ratio)
-    if "warmup_ratio" in known:
-        values["warmup_ratio"] = config.warmup_ratio
-    else:
-        values["warmup_steps"] = config.warmup_ratio
-    unknown = sorted(set(values) - known)
-    # these change what is learned (docs/reproduction.md): never drop them silently
-    required = {"vllm_importance_sampling_correction", "use_bias_correction_kl", "optim"} & set(unknown)
-    if required:
-        raise PipelineError(f"train: this TRL version has no GRPOConfig fields {sorted(required)}; install trl>=1.15")
-    if unknown:
-        log.warning("this TRL version has no GRPOConfig fields %s: left out", unknown)
-    return GRPOConfig(**{key: value for key, value in values.items() if key in known})
 
 
 def load_model(config: TrainConfig, model_dir: str | os.PathLike) -> tuple[Any, Any, Any]:
@@ -269,11 +174,15 @@ def train(
     checkpoint_dir: str | os.PathLike | None = None,
     extra_rewards: Sequence[tuple[Callable[..., list[float]], float]] = (),
     callbacks: Sequence[Any] = (),
+    server: VllmServer | None = None,
+    rank_process: bool = False,
 ) -> TrainResult:
     """Train (or resume), then write the adapter folder ``output`` and the metrics parquet.
 
     ``extra_rewards`` are ``(reward function, weight)`` pairs added to the ARC reward (tests use a
-    learnable one); ``callbacks`` are extra ``TrainerCallback`` objects.
+    learnable one); ``callbacks`` are extra ``TrainerCallback`` objects. ``rank_process``: this is one of
+    the processes arc_pipeline/training/launch.py started, which has already prepared the checkpoint
+    folder (and handled a finished run); ``server`` is its vLLM server in server mode.
     """
     if config.backend == "unsloth":
         _import_unsloth()
@@ -293,10 +202,15 @@ def train(
 
     output = Path(output)
     checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir is not None else default_checkpoint_dir(output)
-    resume = prepare_checkpoint_dir(checkpoint_dir, run_fingerprint(config, dataset_path, model_dir), model_dir)
-    if resume is not None and reached_the_end(resume, config):
-        # A forced rerun of a finished training: resuming would train past max_steps.
-        return _finished_from_checkpoint(resume, config, output, metrics_path)
+    if rank_process:
+        # read only: every rank writing the fingerprint marker at once could let one read it half written
+        resume = last_complete_checkpoint(checkpoint_dir)
+        if resume is not None:
+            log.info("resuming from %s", resume)
+    else:
+        resume, finished = prepare_run(config, dataset_path, model_dir, output, metrics_path, checkpoint_dir)
+        if finished is not None:
+            return finished
     model, tokenizer, peft_config = load_model(config, model_dir)
     dataset, dataset_counts = load_refinement_dataset(dataset_path, tokenizer, config)
     guard = CollapseGuard(config.collapse_guard)
@@ -325,7 +239,7 @@ def train(
         trainer = GRPOTrainer(
             model=model,
             reward_funcs=[func for func, _ in rewards],
-            args=grpo_arguments(config, checkpoint_dir, [weight for _, weight in rewards]),
+            args=grpo_arguments(config, checkpoint_dir, [weight for _, weight in rewards], server),
             train_dataset=dataset,
             processing_class=tokenizer,
             peft_config=peft_config,
@@ -335,7 +249,8 @@ def train(
         trainer.add_callback(CheckpointOnSigterm())  # SIGTERM (preemption): checkpoint, then stop
         phases.attach(trainer)
         trainer.train(resume_from_checkpoint=str(resume) if resume else None)
-    share_like_umask(checkpoint_dir)  # checkpoints too are for colleagues to read (safetensors: 0600)
+    if trainer.is_world_process_zero():
+        share_like_umask(checkpoint_dir)  # checkpoints too are for colleagues to read (safetensors: 0600)
     state = trainer.state
     kept = None
     if guard.stopped_at is not None:
@@ -353,6 +268,23 @@ def train(
         _write_adapter(trainer, output, kept, config, result, guard)
         write_table(metrics_rows(state.log_history), metrics_path, TRAINING_METRICS_SCHEMA)
     return result
+
+
+def prepare_run(
+    config: TrainConfig,
+    dataset_path: str | os.PathLike,
+    model_dir: str | os.PathLike,
+    output: str | os.PathLike,
+    metrics_path: str | os.PathLike,
+    checkpoint_dir: Path,
+) -> tuple[Path | None, TrainResult | None]:
+    """Prepare the checkpoint folder: ``(checkpoint to resume from, None)``, or ``(checkpoint, result)`` when
+    that checkpoint already finished the run and its adapter and metrics were written instead of training."""
+    resume = prepare_checkpoint_dir(checkpoint_dir, run_fingerprint(config, dataset_path, model_dir), model_dir)
+    if resume is not None and reached_the_end(resume, config):
+        # A forced rerun of a finished training: resuming would train past max_steps.
+        return resume, _finished_from_checkpoint(resume, config, Path(output), metrics_path)
+    return resume, None
 
 
 def _finished_from_checkpoint(

@@ -5,7 +5,9 @@ Without this, SIGTERM ended the process at once and the rerun resumed from the l
 checkpoint, losing up to ``save_steps`` steps. The step under way is finished, not cut short: the batch
 system's grace period (HTCondor ``job_max_vacate_time``, Slurm ``KillWait`` or ``--signal``) must cover
 one step and one save (docs/reliability.md). A second SIGTERM changes nothing; SIGKILL still ends the
-process at once, and the rerun then resumes from the last complete checkpoint.
+process at once, and the rerun then resumes from the last complete checkpoint. In a multi-process run
+(arc_pipeline/training/launch.py) the ranks agree at every step's end whether any of them got SIGTERM, so they
+all save the same checkpoint and stop together.
 """
 
 from __future__ import annotations
@@ -24,6 +26,20 @@ log = logging.getLogger(__name__)
 
 class TrainingPreempted(PipelineError):
     """Training stopped on SIGTERM after saving a checkpoint; rerunning the job resumes from it."""
+
+
+def _any_rank_requested(requested: bool, device: Any) -> bool:
+    """Whether any rank of a multi-process run got SIGTERM (a collective every step: the ranks must save and
+    stop at the same step, or the one that goes on waits forever in the next step's collectives)."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return requested
+    import torch
+
+    flag = torch.tensor([int(requested)], device=device)
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+    return bool(flag.item())
 
 
 class CheckpointOnSigterm(TrainerCallback):
@@ -51,6 +67,10 @@ class CheckpointOnSigterm(TrainerCallback):
         return control
 
     def on_step_end(self, args, state, control, **kwargs):
+        if self.requested_at is None and _any_rank_requested(False, args.device):
+            self.requested_at = state.global_step  # another rank got SIGTERM first: stop at the same step
+        elif self.requested_at is not None:
+            _any_rank_requested(True, args.device)
         if self.requested_at is not None:
             if state.max_steps and state.global_step >= state.max_steps:
                 # the last step: finishing (the adapter) costs no more than a checkpoint, and needs no rerun

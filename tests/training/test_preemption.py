@@ -64,8 +64,9 @@ def logged_steps(metrics: Path) -> int:
 
 
 def step_metrics(metrics: Path) -> pl.DataFrame:
-    """The metrics table without wall-clock timings and the trainer's end-of-run summary (about the steps
-    the last process ran): docs/reliability.md."""
+    """The metrics table without wall-clock timings, the phase timer's times and memory peaks
+    (arc_pipeline/training/phases.py) and the trainer's end-of-run summary (about the steps the last process
+    ran): docs/reliability.md."""
     frame = pl.read_parquet(metrics)
     return frame.filter(~pl.col("name").str.contains(NOT_COMPARED_METRICS))
 

@@ -1,0 +1,117 @@
+"""Data-parallel GRPO on the CPU: ``arc-pipeline train`` with ``training_processes: 2`` starts two gloo ranks
+(arc_pipeline/training/launch.py) and ends like one process: the same steps, an adapter of the same shape,
+one metrics table holding what both ranks generated; SIGTERM makes both ranks save one checkpoint, and a
+rerun resumes from it.
+Real processes, the tiny random Llama.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import polars as pl
+import psutil
+import pytest
+from safetensors import safe_open
+
+from arc_pipeline.training.checkpoints import last_complete_checkpoint
+from arc_pipeline.training.config import TrainConfig
+from arc_pipeline.training.grpo import train
+
+pytestmark = pytest.mark.slow
+
+CONFIG = {
+    "use_cpu": True,
+    "bf16": False,
+    "gradient_checkpointing": False,
+    "report_to": ["none"],
+    "num_generations": 4,
+    "gradient_accumulation_steps": 2,
+    "max_completion_length": 4,
+    "max_seq_length": 2048,
+    "max_steps": 4,
+    "save_steps": 100,  # no checkpoint of its own before the end: the one after SIGTERM is the preemption's
+    "logging_steps": 1,
+    "learning_rate": 5e-3,
+    "warmup_ratio": 0.0,
+    "mask_truncated_completions": False,
+    "execution_workers": 1,
+}
+
+
+def train_command(dataset: Path, model: Path, out: Path, config: dict) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "arc_pipeline.cli",
+        "--log-file",
+        str(out / "train.log"),
+        "train",
+        *("--dataset", str(dataset), "--model", str(model)),
+        *("--output", str(out / "adapter"), "--metrics", str(out / "metrics.parquet")),
+        *("--config-json", json.dumps(config)),
+    ]
+
+
+def adapter_shapes(folder: Path) -> dict[str, tuple[int, ...]]:
+    with safe_open(str(folder / "adapter_model.safetensors"), "pt") as weights:
+        return {name: tuple(weights.get_slice(name).get_shape()) for name in weights.keys()}  # noqa: SIM118
+
+
+def logged_steps(metrics: Path) -> int:
+    try:
+        return int(pl.read_parquet(metrics)["step"].max() or 0)
+    except (OSError, pl.exceptions.PolarsError):
+        return 0  # not written yet
+
+
+def test_two_processes_train_like_one_and_resume_after_sigterm(tiny_model, refinement_dataset, tmp_path):
+    dataset = refinement_dataset(4)
+    one, two = tmp_path / "one", tmp_path / "two"
+    reference = train(TrainConfig(**CONFIG), dataset, tiny_model, one / "adapter", one / "metrics.parquet")
+    config = {**CONFIG, "training_processes": 2}
+    command = train_command(dataset, tiny_model, two, config)
+
+    # preempted after the first step: both ranks save the same checkpoint and stop, nothing is left running
+    stage = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    while logged_steps(two / "metrics.parquet") < 1 and stage.poll() is None:
+        assert time.monotonic() < deadline, "training did not log its first step"
+        time.sleep(0.1)
+    stage.send_signal(signal.SIGTERM)
+    _, stderr = stage.communicate(timeout=300)
+    assert stage.returncode == 1, stderr[-3000:]
+    assert stderr.rstrip().splitlines()[-1].startswith("arc-pipeline train: stopped by SIGTERM"), stderr[-3000:]
+    checkpoint = last_complete_checkpoint(two / "adapter_checkpoints")
+    assert checkpoint is not None, stderr[-3000:]
+    step = int(checkpoint.name.split("-")[1])
+    assert 1 <= step < CONFIG["max_steps"]
+    for rank in (0, 1):
+        assert f"arc-pipeline train [rank {rank}]: stopped by SIGTERM; saved checkpoint-{step}" in stderr
+    assert not (two / "adapter").exists()
+    assert not [p for p in psutil.process_iter(["cmdline"]) if str(dataset) in " ".join(p.info["cmdline"] or [])]
+
+    rerun = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert f"resuming from {checkpoint}" in rerun.stderr
+    assert "--nproc-per-node=2" in rerun.stderr and "training done at step 4" in rerun.stderr
+    assert rerun.stderr.count("adapter written to") == 1  # rank 0 alone writes the outputs
+
+    summary = json.loads((two / "adapter" / "training_summary.json").read_text())
+    assert summary["global_step"] == reference.global_step == CONFIG["max_steps"]
+    assert adapter_shapes(two / "adapter") == adapter_shapes(one / "adapter")
+    metrics = pl.read_parquet(two / "metrics.parquet")
+    assert metrics.group_by("step", "name").len()["len"].max() == 1  # one table, not one per rank
+    assert metrics.filter(pl.col("name") == "reward")["step"].sort().to_list() == [1, 2, 3, 4]
+    # Each rank generates half of a step's completions; TRL gathers them before logging, so the token count
+    # is both ranks' (the same prompt and 4-token completions: exactly the one-process count)
+    single = pl.read_parquet(one / "metrics.parquet")
+    tokens = [
+        frame.filter(pl.col("name") == "num_tokens").sort("step")["value"].to_list() for frame in (single, metrics)
+    ]
+    assert tokens[0] == tokens[1] and tokens[0][-1] > 0
