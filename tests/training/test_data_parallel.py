@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -22,40 +21,9 @@ from safetensors import safe_open
 from arc_pipeline.training.checkpoints import last_complete_checkpoint
 from arc_pipeline.training.config import TrainConfig
 from arc_pipeline.training.grpo import train
+from tests.training.training_helpers import SHORT_CPU_RUN, logged_steps, train_command
 
 pytestmark = pytest.mark.slow
-
-CONFIG = {
-    "use_cpu": True,
-    "bf16": False,
-    "gradient_checkpointing": False,
-    "report_to": ["none"],
-    "num_generations": 4,
-    "gradient_accumulation_steps": 2,
-    "max_completion_length": 4,
-    "max_seq_length": 2048,
-    "max_steps": 4,
-    "save_steps": 100,  # no checkpoint of its own before the end: the one after SIGTERM is the preemption's
-    "logging_steps": 1,
-    "learning_rate": 5e-3,
-    "warmup_ratio": 0.0,
-    "mask_truncated_completions": False,
-    "execution_workers": 1,
-}
-
-
-def train_command(dataset: Path, model: Path, out: Path, config: dict) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "arc_pipeline.cli",
-        "--log-file",
-        str(out / "train.log"),
-        "train",
-        *("--dataset", str(dataset), "--model", str(model)),
-        *("--output", str(out / "adapter"), "--metrics", str(out / "metrics.parquet")),
-        *("--config-json", json.dumps(config)),
-    ]
 
 
 def adapter_shapes(folder: Path) -> dict[str, tuple[int, ...]]:
@@ -63,18 +31,11 @@ def adapter_shapes(folder: Path) -> dict[str, tuple[int, ...]]:
         return {name: tuple(weights.get_slice(name).get_shape()) for name in weights.keys()}  # noqa: SIM118
 
 
-def logged_steps(metrics: Path) -> int:
-    try:
-        return int(pl.read_parquet(metrics)["step"].max() or 0)
-    except (OSError, pl.exceptions.PolarsError):
-        return 0  # not written yet
-
-
 def test_two_processes_train_like_one_and_resume_after_sigterm(tiny_model, refinement_dataset, tmp_path):
     dataset = refinement_dataset(4)
     one, two = tmp_path / "one", tmp_path / "two"
-    reference = train(TrainConfig(**CONFIG), dataset, tiny_model, one / "adapter", one / "metrics.parquet")
-    config = {**CONFIG, "training_processes": 2}
+    reference = train(TrainConfig(**SHORT_CPU_RUN), dataset, tiny_model, one / "adapter", one / "metrics.parquet")
+    config = {**SHORT_CPU_RUN, "training_processes": 2}
     command = train_command(dataset, tiny_model, two, config)
 
     # preempted after the first step: both ranks save the same checkpoint and stop, nothing is left running
@@ -90,7 +51,7 @@ def test_two_processes_train_like_one_and_resume_after_sigterm(tiny_model, refin
     checkpoint = last_complete_checkpoint(two / "adapter_checkpoints")
     assert checkpoint is not None, stderr[-3000:]
     step = int(checkpoint.name.split("-")[1])
-    assert 1 <= step < CONFIG["max_steps"]
+    assert 1 <= step < SHORT_CPU_RUN["max_steps"]
     for rank in (0, 1):
         assert f"arc-pipeline train [rank {rank}]: stopped by SIGTERM; saved checkpoint-{step}" in stderr
     assert not (two / "adapter").exists()
@@ -103,7 +64,7 @@ def test_two_processes_train_like_one_and_resume_after_sigterm(tiny_model, refin
     assert rerun.stderr.count("adapter written to") == 1  # rank 0 alone writes the outputs
 
     summary = json.loads((two / "adapter" / "training_summary.json").read_text())
-    assert summary["global_step"] == reference.global_step == CONFIG["max_steps"]
+    assert summary["global_step"] == reference.global_step == SHORT_CPU_RUN["max_steps"]
     assert adapter_shapes(two / "adapter") == adapter_shapes(one / "adapter")
     metrics = pl.read_parquet(two / "metrics.parquet")
     assert metrics.group_by("step", "name").len()["len"].max() == 1  # one table, not one per rank

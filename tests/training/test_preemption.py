@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -16,51 +15,8 @@ import polars as pl
 import pytest
 
 from arc_pipeline.training.checkpoints import last_complete_checkpoint
+from tests.training.training_helpers import SHORT_CPU_RUN, logged_steps, train_command
 from tests.workflow.fault_helpers import NOT_COMPARED_METRICS
-
-CONFIG = {
-    "use_cpu": True,
-    "bf16": False,
-    "gradient_checkpointing": False,
-    "report_to": ["none"],
-    "num_generations": 4,
-    "gradient_accumulation_steps": 2,
-    "max_completion_length": 4,
-    "max_seq_length": 2048,
-    "max_steps": 4,
-    "save_steps": 100,  # no checkpoint of its own before the end: the one after SIGTERM is the preemption's
-    "logging_steps": 1,
-    "learning_rate": 5e-3,
-    "warmup_ratio": 0.0,
-    "mask_truncated_completions": False,
-    "execution_workers": 1,
-}
-
-
-def train_command(dataset: Path, model: Path, out: Path) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "arc_pipeline.cli",
-        "train",
-        "--dataset",
-        str(dataset),
-        "--model",
-        str(model),
-        "--output",
-        str(out / "adapter"),
-        "--metrics",
-        str(out / "metrics.parquet"),
-        "--config-json",
-        json.dumps(CONFIG),
-    ]
-
-
-def logged_steps(metrics: Path) -> int:
-    try:
-        return int(pl.read_parquet(metrics)["step"].max() or 0)
-    except (OSError, pl.exceptions.PolarsError):
-        return 0  # not written yet
 
 
 def step_metrics(metrics: Path) -> pl.DataFrame:
@@ -84,7 +40,7 @@ def test_checkpoint_choice_skips_a_cut_trainer_state(tmp_path):
 def test_sigterm_checkpoints_and_the_rerun_resumes_to_the_same_end(tiny_model, refinement_dataset, tmp_path):
     dataset = refinement_dataset(8)
     preempted, uninterrupted = tmp_path / "preempted", tmp_path / "uninterrupted"
-    command = train_command(dataset, tiny_model, preempted)
+    command = train_command(dataset, tiny_model, preempted, SHORT_CPU_RUN)
 
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 300
@@ -98,7 +54,7 @@ def test_sigterm_checkpoints_and_the_rerun_resumes_to_the_same_end(tiny_model, r
     checkpoint = last_complete_checkpoint(preempted / "adapter_checkpoints")
     assert checkpoint is not None, "SIGTERM saved no checkpoint"
     step = int(checkpoint.name.split("-")[1])
-    assert 1 <= step < CONFIG["max_steps"]  # the step under way, before the run's own end
+    assert 1 <= step < SHORT_CPU_RUN["max_steps"]  # the step under way, before the run's own end
     assert f"arc-pipeline train: stopped by SIGTERM; saved checkpoint-{step}" in stderr
     assert "Traceback" not in stderr
     assert not (preempted / "adapter").exists()  # the adapter is written only at the end
@@ -108,7 +64,8 @@ def test_sigterm_checkpoints_and_the_rerun_resumes_to_the_same_end(tiny_model, r
     assert f"resuming from {checkpoint}" in rerun.stderr
     assert "training done at step 4" in rerun.stderr
 
-    reference = subprocess.run(train_command(dataset, tiny_model, uninterrupted), capture_output=True, text=True)
+    reference_command = train_command(dataset, tiny_model, uninterrupted, SHORT_CPU_RUN)
+    reference = subprocess.run(reference_command, capture_output=True, text=True)
     assert reference.returncode == 0, reference.stderr[-3000:]
     resumed, whole = step_metrics(preempted / "metrics.parquet"), step_metrics(uninterrupted / "metrics.parquet")
     assert resumed["step"].unique().sort().to_list() == [1, 2, 3, 4]

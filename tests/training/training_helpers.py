@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import json
+import sys
+from pathlib import Path
+
 import numpy as np
+import polars as pl
 
 from arc_pipeline.domain.tasks import Pair, Task
 
@@ -45,3 +50,49 @@ def refinement_rows(tokenizer, n_rows: int) -> list[dict]:
     }
     example = refinement_example(task, row, tokenizer)
     return [dict(example, prediction_id=f"recolor/{i}") for i in range(n_rows)]
+
+
+# ------------------------------------------------ the train stage as a process (preemption, data parallel)
+
+#: Four short GRPO steps; no checkpoint of the run's own before the end, so the one a test finds after
+#: SIGTERM is the preemption's.
+SHORT_CPU_RUN = {
+    "use_cpu": True,
+    "bf16": False,
+    "gradient_checkpointing": False,
+    "report_to": ["none"],
+    "num_generations": 4,
+    "gradient_accumulation_steps": 2,
+    "max_completion_length": 4,
+    "max_seq_length": 2048,
+    "max_steps": 4,
+    "save_steps": 100,
+    "logging_steps": 1,
+    "learning_rate": 5e-3,
+    "warmup_ratio": 0.0,
+    "mask_truncated_completions": False,
+    "execution_workers": 1,
+}
+
+
+def train_command(dataset: Path, model: Path, out: Path, config: dict, log_file: Path | None = None) -> list[str]:
+    """``arc-pipeline train`` writing its adapter and metrics into ``out``."""
+    logging = ["--log-file", str(log_file)] if log_file else []
+    return [
+        sys.executable,
+        "-m",
+        "arc_pipeline.cli",
+        *logging,
+        "train",
+        *("--dataset", str(dataset), "--model", str(model)),
+        *("--output", str(out / "adapter"), "--metrics", str(out / "metrics.parquet")),
+        *("--config-json", json.dumps(config)),
+    ]
+
+
+def logged_steps(metrics: Path) -> int:
+    """The last step in the metrics file so far; 0 before the file is whole."""
+    try:
+        return int(pl.read_parquet(metrics)["step"].max() or 0)
+    except (OSError, pl.exceptions.PolarsError):
+        return 0
