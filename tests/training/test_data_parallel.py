@@ -8,9 +8,7 @@ Real processes, the tiny random Llama.
 from __future__ import annotations
 
 import json
-import signal
 import subprocess
-import time
 from pathlib import Path
 
 import polars as pl
@@ -21,7 +19,7 @@ from safetensors import safe_open
 from arc_pipeline.training.checkpoints import last_complete_checkpoint
 from arc_pipeline.training.config import TrainConfig
 from arc_pipeline.training.grpo import train
-from tests.training.training_helpers import SHORT_CPU_RUN, logged_steps, train_command
+from tests.training.training_helpers import SHORT_CPU_RUN, preempt_after_first_step, train_command
 
 pytestmark = pytest.mark.slow
 
@@ -39,14 +37,8 @@ def test_two_processes_train_like_one_and_resume_after_sigterm(tiny_model, refin
     command = train_command(dataset, tiny_model, two, config)
 
     # preempted after the first step: both ranks save the same checkpoint and stop, nothing is left running
-    stage = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 300
-    while logged_steps(two / "metrics.parquet") < 1 and stage.poll() is None:
-        assert time.monotonic() < deadline, "training did not log its first step"
-        time.sleep(0.1)
-    stage.send_signal(signal.SIGTERM)
-    _, stderr = stage.communicate(timeout=300)
-    assert stage.returncode == 1, stderr[-3000:]
+    status, stderr = preempt_after_first_step(command, two / "metrics.parquet")
+    assert status == 1, stderr[-3000:]
     assert stderr.rstrip().splitlines()[-1].startswith("arc-pipeline train: stopped by SIGTERM"), stderr[-3000:]
     checkpoint = last_complete_checkpoint(two / "adapter_checkpoints")
     assert checkpoint is not None, stderr[-3000:]

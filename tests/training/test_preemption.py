@@ -6,16 +6,14 @@ where an uninterrupted run ends. Real ``arc-pipeline train`` processes on the CP
 from __future__ import annotations
 
 import json
-import signal
 import subprocess
-import time
 from pathlib import Path
 
 import polars as pl
 import pytest
 
 from arc_pipeline.training.checkpoints import last_complete_checkpoint
-from tests.training.training_helpers import SHORT_CPU_RUN, logged_steps, train_command
+from tests.training.training_helpers import SHORT_CPU_RUN, preempt_after_first_step, train_command
 from tests.workflow.fault_helpers import NOT_COMPARED_METRICS
 
 
@@ -42,15 +40,8 @@ def test_sigterm_checkpoints_and_the_rerun_resumes_to_the_same_end(tiny_model, r
     preempted, uninterrupted = tmp_path / "preempted", tmp_path / "uninterrupted"
     command = train_command(dataset, tiny_model, preempted, SHORT_CPU_RUN)
 
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 300
-    while logged_steps(preempted / "metrics.parquet") < 1 and process.poll() is None:
-        assert time.monotonic() < deadline, "training did not log its first step"
-        time.sleep(0.1)
-    process.send_signal(signal.SIGTERM)
-    _, stderr = process.communicate(timeout=300)
-
-    assert process.returncode == 1, stderr[-3000:]
+    status, stderr = preempt_after_first_step(command, preempted / "metrics.parquet")
+    assert status == 1, stderr[-3000:]
     checkpoint = last_complete_checkpoint(preempted / "adapter_checkpoints")
     assert checkpoint is not None, "SIGTERM saved no checkpoint"
     step = int(checkpoint.name.split("-")[1])

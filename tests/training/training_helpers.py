@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -96,3 +99,16 @@ def logged_steps(metrics: Path) -> int:
         return int(pl.read_parquet(metrics)["step"].max() or 0)
     except (OSError, pl.exceptions.PolarsError):
         return 0
+
+
+def preempt_after_first_step(command: list[str], metrics: Path) -> tuple[int, str]:
+    """Start ``command``, send SIGTERM (a batch system's preemption notice) once ``metrics`` holds a step;
+    its exit status and stderr."""
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    while logged_steps(metrics) < 1 and process.poll() is None:
+        assert time.monotonic() < deadline, "training did not log its first step"
+        time.sleep(0.1)
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=300)
+    return process.returncode, stderr
