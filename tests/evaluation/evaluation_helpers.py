@@ -21,11 +21,11 @@ from arc_pipeline.domain.tasks import Pair, Task
 from arc_pipeline.io import write_table
 from arc_pipeline.schemas import EXECUTIONS_SCHEMA, PREDICTIONS_SCHEMA, TASKS_SCHEMA, TRAINING_METRICS_SCHEMA
 from arc_pipeline.scoring.execution import executions_frame
+from tests.prediction_rows import prediction_row
 
 N_EVAL = 4
 N = 2
 K = 2
-IDENTITY = {"hflip": False, "rot90_k": 0, "color_map": list(range(10))}
 TEXT = "Recolor.\n```python\ndef transform(input_grid):\n    return input_grid\n```"
 
 # task A: recolour 1 -> 2; task B: recolour 3 -> 4 (2 train pairs, 1 test pair each)
@@ -65,28 +65,8 @@ def tasks() -> list[Task]:
 
 
 def prediction(task_id: str, turn: int, round_: int, sample: int, parent: str | None = None) -> dict:
-    return {
-        "prediction_id": f"{task_id}/t{turn}/r{round_}/s{sample}",
-        "task_id": task_id,
-        "turn": turn,
-        "round": round_,
-        "sample_index": sample,
-        **IDENTITY,
-        "train_order": [0, 1],
-        "test_index": 0,
-        "parent_prediction_id": parent,
-        "prompt_hash": "0" * 16,
-        "prompt_tokens": 10,
-        "text": TEXT,
-        "completion_tokens": 5,
-        "finish_reason": "stop",
-        "model": "tiny",
-        "adapter": None,
-        "temperature": 1.0,
-        "top_p": 0.95,
-        "max_tokens": 64,
-        "seed": 0,
-    }
+    fields = {"turn": turn, "round": round_, "sample_index": sample, "parent_prediction_id": parent}
+    return prediction_row(task_id, TEXT, **fields, max_tokens=64)  # un-augmented
 
 
 def execution(

@@ -13,7 +13,6 @@ import json
 
 import numpy as np
 import polars as pl
-import pyarrow as pa
 import pytest
 from sandbox_helpers import GRID, PROBE, PROBE_EXPECTED, assert_healthy
 
@@ -21,6 +20,7 @@ from arc_pipeline.cli import main as cli_main
 from arc_pipeline.domain.tasks import Pair, Task
 from arc_pipeline.io import read_frame, write_table
 from arc_pipeline.schemas import EXECUTIONS_SCHEMA, PREDICTIONS_SCHEMA, TASKS_SCHEMA
+from tests.prediction_rows import prediction_row, predictions_table
 
 # The process's FIFOs: the only one left to a program is its record pipe (docs/sandbox.md), but an
 # attacker does not need to know which.
@@ -107,35 +107,11 @@ def completion(code: str) -> str:
 
 
 def predictions_frame(texts: list[str]) -> pl.DataFrame:
-    rows = []
-    for index, text in enumerate(texts):
-        rows.append(
-            {
-                "prediction_id": f"flooded/t1/r0/s{index}",
-                "task_id": TASK.task_id,
-                "turn": 1,
-                "round": 0,
-                "sample_index": index,
-                "hflip": False,
-                "rot90_k": 0,
-                "color_map": list(range(10)),
-                "train_order": [0, 1],
-                "test_index": 0,
-                "parent_prediction_id": None,
-                "prompt_hash": "0" * 16,
-                "prompt_tokens": 10,
-                "text": text,
-                "completion_tokens": 5,
-                "finish_reason": "stop",
-                "model": "tiny",
-                "adapter": None,
-                "temperature": 1.0,
-                "top_p": 0.95,
-                "max_tokens": 1024,
-                "seed": 0,
-            }
-        )
-    return pl.from_arrow(pa.Table.from_pylist(rows, schema=PREDICTIONS_SCHEMA))
+    rows = [
+        prediction_row(TASK.task_id, text, prediction_id=f"flooded/t1/r0/s{index}", sample_index=index)
+        for index, text in enumerate(texts)
+    ]
+    return pl.from_arrow(predictions_table(rows))
 
 
 TEXTS = [completion(IDENTITY)] + [completion(FLOODS[name]) for name in sorted(FLOODS)]

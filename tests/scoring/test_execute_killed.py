@@ -15,11 +15,11 @@ import time
 
 import numpy as np
 import psutil
-import pyarrow as pa
 
 from arc_pipeline.domain.tasks import Pair, Task
 from arc_pipeline.io import write_table
 from arc_pipeline.schemas import PREDICTIONS_SCHEMA, TASKS_SCHEMA
+from tests.prediction_rows import prediction_row, predictions_table
 
 SLOW_IDENTITY = "```python\nimport time\ndef transform(g):\n    time.sleep(0.2)\n    return g\n```"
 
@@ -28,36 +28,8 @@ def write_inputs(folder, n: int) -> None:
     grid = np.array([[1, 0], [0, 2]], dtype=np.int8)
     task = Task("t", train=(Pair(grid, grid),), test=(Pair(grid, grid),), source="test")
     write_table([task.to_row()], folder / "tasks.parquet", TASKS_SCHEMA)
-    rows = [
-        {
-            "prediction_id": f"t/t1/r0/s{index}",
-            "task_id": "t",
-            "turn": 1,
-            "round": 0,
-            "sample_index": index,
-            "hflip": False,
-            "rot90_k": 0,
-            "color_map": list(range(10)),
-            "train_order": [0],
-            "test_index": 0,
-            "parent_prediction_id": None,
-            "prompt_hash": "0" * 16,
-            "prompt_tokens": 10,
-            "text": SLOW_IDENTITY,
-            "completion_tokens": 5,
-            "finish_reason": "stop",
-            "model": "tiny",
-            "adapter": None,
-            "temperature": 1.0,
-            "top_p": 0.95,
-            "max_tokens": 1024,
-            "seed": 0,
-        }
-        for index in range(n)
-    ]
-    write_table(
-        pa.Table.from_pylist(rows, schema=PREDICTIONS_SCHEMA), folder / "predictions.parquet", PREDICTIONS_SCHEMA
-    )
+    rows = [prediction_row("t", SLOW_IDENTITY, sample_index=index, train_order=[0]) for index in range(n)]
+    write_table(predictions_table(rows), folder / "predictions.parquet", PREDICTIONS_SCHEMA)
 
 
 def test_no_scoring_worker_outlives_a_killed_execute_stage(tmp_path):

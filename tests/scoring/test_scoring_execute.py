@@ -20,6 +20,7 @@ from arc_pipeline.cli import main as cli_main
 from arc_pipeline.domain.tasks import Pair, Task
 from arc_pipeline.io import read_frame, write_table
 from arc_pipeline.schemas import EXECUTIONS_SCHEMA, METRICS_SCHEMA, PREDICTIONS_SCHEMA, TASKS_SCHEMA
+from tests.prediction_rows import prediction_row, predictions_table
 
 try:
     importlib.import_module("arc_pipeline.sandbox")
@@ -74,40 +75,18 @@ PREDICTIONS = [  # (suffix, augmentation, text)
 ]
 
 
-def prediction_row(index: int, suffix: str, augmentation: dict, text: str, task_id: str = "task1") -> dict:
-    return {
-        "prediction_id": f"{task_id}/t1/r0/s{index}_{suffix}",
-        "task_id": task_id,
-        "turn": 1,
-        "round": 0,
-        "sample_index": index,
-        **augmentation,
-        "train_order": [0, 1],
-        "test_index": 0,
-        "parent_prediction_id": None,
-        "prompt_hash": "0" * 16,
-        "prompt_tokens": 10,
-        "text": text,
-        "completion_tokens": 5,
-        "finish_reason": "stop",
-        "model": "tiny",
-        "adapter": None,
-        "temperature": 1.0,
-        "top_p": 0.95,
-        "max_tokens": 1024,
-        "seed": 0,
-    }
+def prediction(index: int, suffix: str, augmentation: dict, text: str, task_id: str = "task1") -> dict:
+    pid = f"{task_id}/t1/r0/s{index}_{suffix}"
+    return prediction_row(task_id, text, prediction_id=pid, sample_index=index, **augmentation)
 
 
 def predictions_frame() -> pl.DataFrame:
-    rows = [prediction_row(i, *spec) for i, spec in enumerate(PREDICTIONS)]
+    rows = [prediction(i, *spec) for i, spec in enumerate(PREDICTIONS)]
     return read_frame_from_rows(rows)
 
 
 def read_frame_from_rows(rows):
-    import pyarrow as pa
-
-    return pl.from_arrow(pa.Table.from_pylist(rows, schema=PREDICTIONS_SCHEMA))
+    return pl.from_arrow(predictions_table(rows))
 
 
 def check_executions(executions: pl.DataFrame) -> None:
@@ -298,7 +277,7 @@ def test_execute_resumes_after_a_kill(tmp_path, monkeypatch, capsys):
 
 
 def test_stage_rejects_unknown_task(tmp_path, capsys):
-    predictions = read_frame_from_rows([prediction_row(0, "x", IDENTITY, RAISING, task_id="nowhere")])
+    predictions = read_frame_from_rows([prediction(0, "x", IDENTITY, RAISING, task_id="nowhere")])
     write_inputs(tmp_path, predictions)
     expected = r"predictions.parquet: predictions for 1 task\(s\) not in the tasks file: nowhere"
     assert re.search(expected, stage_error(tmp_path, capsys))

@@ -20,6 +20,7 @@ from arc_pipeline.domain.tasks import Pair, Task
 from arc_pipeline.io import read_frame, write_table
 from arc_pipeline.refinement import select_for_evaluation, select_for_training, wrong_predictions
 from arc_pipeline.schemas import EXECUTIONS_SCHEMA, PREDICTIONS_SCHEMA, REFINEMENT_SCHEMA, TASKS_SCHEMA
+from tests.prediction_rows import prediction_row
 
 # hflip, then rot90 once, then 1 -> 3 (Green) and 2 -> 4 (Yellow)
 AUGMENTATION = {"hflip": True, "rot90_k": 1, "color_map": [0, 3, 4, 1, 2, 5, 6, 7, 8, 9]}
@@ -47,28 +48,8 @@ def make_tasks() -> list[Task]:
 
 
 def prediction(pid: str, task_id: str, augmentation: dict, text: str = PREVIOUS_TEXT, test_index: int = 0) -> dict:
-    return {
-        "prediction_id": pid,
-        "task_id": task_id,
-        "turn": 1,
-        "round": 0,
-        "sample_index": 0,
-        **augmentation,
-        "train_order": [1, 0],
-        "test_index": test_index,
-        "parent_prediction_id": None,
-        "prompt_hash": "0" * 16,
-        "prompt_tokens": 10,
-        "text": text,
-        "completion_tokens": 5,
-        "finish_reason": "stop",
-        "model": "tiny",
-        "adapter": None,
-        "temperature": 1.0,
-        "top_p": 0.95,
-        "max_tokens": 1024,
-        "seed": 0,
-    }
+    fields = {"train_order": [1, 0], "test_index": test_index, **augmentation}
+    return prediction_row(task_id, text, prediction_id=pid, **fields)
 
 
 def execution(
