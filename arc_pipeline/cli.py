@@ -152,28 +152,42 @@ def _report_to_launcher(error: PipelineError) -> None:
             (Path(folder) / f"rank{os.environ.get('RANK', '0')}").write_text(str(error))
 
 
+def _use_compile_cache(known: argparse.Namespace) -> dict[str, str]:
+    """GPU stages keep their compile caches in the run's shared folder (--compile-cache); the variables set."""
+    if not (known.compile_cache and known.command in GPU_COMMANDS):
+        return {}
+    from arc_pipeline.generation.compile_cache import use_compile_cache
+
+    return use_compile_cache(known.compile_cache)
+
+
+def _log_compile_caches(chosen: dict[str, str]) -> None:
+    for variable, folder in chosen.items():
+        logging.getLogger("arc_pipeline").info("compile cache: %s=%s", variable, folder)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     # Parse the global options and the command name first; the command's own parser does the rest.
     known, rest = parser.parse_known_args(argv)
+    # before the stage's imports, so that nothing has read the cache variables yet
+    compile_caches = _use_compile_cache(known)
     module_name, help_text = COMMANDS[known.command]
     module = importlib.import_module(module_name)
     command_parser = argparse.ArgumentParser(prog=f"arc-pipeline {known.command}", description=help_text)
     module.configure(command_parser)
     args = command_parser.parse_args(rest)
-    if known.compile_cache and known.command in GPU_COMMANDS:
-        from arc_pipeline.generation.compile_cache import use_compile_cache
-
-        use_compile_cache(known.compile_cache)
     if not known.log_file:
         setup_logging(verbose=known.verbose)
         logging.getLogger("arc_pipeline").debug("command %s with %s", known.command, vars(args))
+        _log_compile_caches(compile_caches)
         return _run(known.command, module, args, known.gpu_memory_file)
     with output_to_log(known.log_file):
         setup_logging(verbose=known.verbose)
         log = logging.getLogger("arc_pipeline")
         log.debug("command %s with %s", known.command, vars(args))
+        _log_compile_caches(compile_caches)
         # Snakemake runs stages with --log-file: a PipelineError's line lands in the rule's log like all of
         # stderr; a bug is logged with its traceback, then the exit status alone is raised to avoid
         # printing it twice.

@@ -94,7 +94,8 @@ rule evaluate_baseline_inference:
         cfg=eval_inference_slice(WORKFLOW.evaluate.n_eval),
         gpu_memory=gpu_memory_path("evaluate_baseline_inference", "shard{shard}"),
     shell:
-        "arc-pipeline --log-file {log} --gpu-memory-file {params.gpu_memory} inference --tasks {input.tasks} --model {input.model}"
+        GPU_STAGE
+        + " --log-file {log} --gpu-memory-file {params.gpu_memory} inference --tasks {input.tasks} --model {input.model}"
         " --output {output} --config-json {params.cfg}"
 
 
@@ -152,7 +153,8 @@ rule evaluate_refinement_inference:
         adapter=lambda wildcards, input: f"--adapter {input.adapter}" if input.adapter else "",
         gpu_memory=gpu_memory_path("evaluate_refinement_inference", "{refiner}"),
     shell:
-        "arc-pipeline --log-file {log} --gpu-memory-file {params.gpu_memory} inference --refinements {input.refinements} --model {input.model}"
+        GPU_STAGE
+        + " --log-file {log} --gpu-memory-file {params.gpu_memory} inference --refinements {input.refinements} --model {input.model}"
         " {params.adapter} --output {output} --config-json {params.cfg}"
 
 

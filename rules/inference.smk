@@ -34,7 +34,8 @@ rule inference:
         cfg=config_slice("inference"),
         gpu_memory=gpu_memory_path("inference", "part{part}/shard{shard}"),
     shell:
-        "arc-pipeline --log-file {log} --gpu-memory-file {params.gpu_memory} inference --tasks {input.tasks} --model {input.model}"
+        GPU_STAGE
+        + " --log-file {log} --gpu-memory-file {params.gpu_memory} inference --tasks {input.tasks} --model {input.model}"
         " --output {output} --config-json {params.cfg}"
 
 

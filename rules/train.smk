@@ -21,6 +21,7 @@ rule train:
         checkpoints=result("train/checkpoints"),
         gpu_memory=gpu_memory_path("train"),
     shell:
-        "arc-pipeline --log-file {log} --gpu-memory-file {params.gpu_memory} train --dataset {input.dataset} --model {input.model}"
+        GPU_STAGE
+        + " --log-file {log} --gpu-memory-file {params.gpu_memory} train --dataset {input.dataset} --model {input.model}"
         " --checkpoint-dir {params.checkpoints} --output {output.adapter} --metrics {output.metrics}"
         " --threads {threads} --config-json {params.cfg}"

@@ -9,11 +9,8 @@ which jobs on other nodes reuse when it is on a shared file system. Variables th
 
 from __future__ import annotations
 
-import logging
 import os
 from pathlib import Path
-
-log = logging.getLogger(__name__)
 
 # environment variable -> sub-folder of the cache folder
 CACHE_VARIABLES = {
@@ -33,6 +30,4 @@ def use_compile_cache(folder: str | os.PathLike) -> dict[str, str]:
         path = root / sub_folder
         path.mkdir(parents=True, exist_ok=True)
         os.environ[variable] = chosen[variable] = str(path)
-    if chosen:
-        log.info("compile caches under %s", root)
     return chosen

@@ -15,6 +15,7 @@ import shutil
 import polars as pl
 import pytest
 
+from arc_pipeline.generation.compile_cache import CACHE_VARIABLES
 from tests.test_profiles import GPU_RULES
 from tests.workflow.conftest import Workflow
 
@@ -122,6 +123,21 @@ def test_every_job_is_benchmarked_and_tabled_for_the_report(finished: Workflow) 
         finished.path("benchmarks/summary.html").read_text().count("<tr>")
         == len(table) + sum(planned[rule] for rule in table) + 2
     )  # the header rows of both tables
+
+
+def test_gpu_jobs_share_the_runs_compile_cache(finished: Workflow) -> None:
+    """Every inference and train job keeps its vLLM, Inductor and Triton caches in <results>/compile-cache, so
+    that later engine starts (and jobs on other nodes, with cluster.compile_cache_dir) start warm."""
+    planned = finished.planned_jobs("--forceall")
+    cache = finished.path("compile-cache").absolute()
+    logs = [path for path in finished.path("logs").rglob("*.log") if "compile cache: " in path.read_text()]
+    assert len(logs) == sum(planned[rule] for rule in GPU_RULES)
+    for path in logs:
+        named = {
+            line.split("compile cache: ")[1] for line in path.read_text().splitlines() if "compile cache: " in line
+        }
+        assert named == {f"{variable}={cache / sub}" for variable, sub in CACHE_VARIABLES.items()}, path
+    assert sorted(child.name for child in cache.iterdir()) == sorted(CACHE_VARIABLES.values())
 
 
 def test_second_run_has_nothing_to_do(finished: Workflow) -> None:
