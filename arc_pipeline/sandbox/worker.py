@@ -94,6 +94,10 @@ class Worker:
         if not self.audit_hook:
             command.append("--no-audit-hook")
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        # Blocking whatever socket.setdefaulttimeout says (unsloth's import sets one): the worker inherits its
+        # end's file status flags, and a non-blocking end made its first wait for a job fail with EAGAIN.
+        ours.setblocking(True)
+        theirs.setblocking(True)
         try:
             self.process = subprocess.Popen(
                 command,

@@ -162,6 +162,7 @@ def main() -> None:
 
     # the control socket leaves fd 0, so that a stray print or read cannot touch it
     control = socket.socket(fileno=os.dup(0))
+    control.setblocking(True)  # waits for the next job, whatever flags the descriptor came with
     null = os.open(os.devnull, os.O_RDWR)
     os.dup2(null, 0)
     os.dup2(null, 1)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import threading
 import time
 
@@ -147,3 +148,19 @@ def test_max_output_side_is_the_configured_one():
     with Sandbox(SandboxConfig(workers=1, timeout_s=2.0, memory_mb=512, max_output_side=35)) as box:
         assert [o.shape for o in box.run(code, sides).outputs] == [(30, 30), (33, 33), (35, 35)]
         assert box.run(code, [np.array([[36]])]).error_type == "InvalidOutput"
+
+
+def test_a_global_socket_timeout_in_the_pipeline_does_not_break_the_workers():
+    """Libraries in the training process (unsloth's import, seen on the GPU) may call
+    socket.setdefaulttimeout: sockets made afterwards are non-blocking underneath, and the worker's end of the
+    control socket used to inherit that, so its first wait for a job raised EAGAIN and the worker died."""
+    previous = socket.getdefaulttimeout()
+    socket.setdefaulttimeout(2.0)
+    try:
+        with Sandbox(SandboxConfig(workers=1, timeout_s=0.5, memory_mb=512)) as box:
+            time.sleep(0.5)  # the worker waits for its first job
+            results = [box.run("def transform(g):\n    return g[::-1]", [GRID]) for _ in range(3)]
+            assert [ok_outputs(result) for result in results] == [[GRID[::-1].tolist()]] * 3
+            assert_healthy(box)
+    finally:
+        socket.setdefaulttimeout(previous)
