@@ -20,7 +20,9 @@ WORKFLOW = prepare_config(
     workflow.basedir,
     [str(f) for f in workflow.overwrite_configfiles],
 )
-validate(config, schema="../workflow/schemas/config.schema.yaml")  # generated from the same models
+# The schema is generated from the same models, which already filled every default: adding the schema's
+# defaults again would put fields left out while unset (model.tiny.warmup_canary_weights) into params.
+validate(config, schema="../workflow/schemas/config.schema.yaml", set_default=False)
 
 # Jobs spawned by an executor plugin re-read --config from their command line, and the HTCondor plugin
 # strips quotes and splits at spaces ('evaluation={n_eval: 16}' arrives as two broken words). So jobs

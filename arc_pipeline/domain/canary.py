@@ -2,8 +2,9 @@
 
 The learning canary (``config/canary.yaml``) checks that GRPO with the real ARC reward improves a model
 that can only guess: the base model is warmed up on the answer format with these programs' bodies, drawn
-uniformly and independently of the task (``model.tiny.warmup_answers: canary``), so it solves about one
-task in ``len(CANARY_PROGRAMS)`` on the first turn. The tasks draw their solution with ``programs``'
+independently of the task (``model.tiny.warmup_answers: canary``; uniformly, or with
+``warmup_canary_weights``), so it solves about one task in ``len(CANARY_PROGRAMS)`` on the first turn when
+uniform. The tasks draw their solution with ``programs``'
 weights, so a policy that learns which programs tend to be right, from the reward alone, beats the base
 model. Nothing else tells it: rows and tasks hold grids only, as BARC's rows do.
 

@@ -23,7 +23,7 @@ from arc_pipeline.models.tokenizer import (
     tokenizer_corpus,
 )
 from arc_pipeline.models.tokens import END_OF_MESSAGE_TOKEN, END_OF_TEXT_TOKEN, END_OF_TURN_TOKEN
-from arc_pipeline.models.warmup import WarmupAnswers, warm_up, warmup_bodies
+from arc_pipeline.models.warmup import WarmupAnswers, check_canary_weights, warm_up, warmup_bodies
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +92,19 @@ class RandomModelConfig(BaseModel):
         description="what the warm-up answers with: trivial (a few trivial programs, some failing on purpose) or "
         "canary (the canary family's programs, arc_pipeline/domain/canary.py, uniformly: config/canary.yaml)",
     )
+    # Left out of the config while unset, so that results made before this field existed stay up to date.
+    warmup_canary_weights: dict[str, float] | None = Field(
+        None,
+        exclude_if=lambda weights: weights is None,
+        description="with warmup_answers: canary, how often the warm-up answers with each canary program (names "
+        "from arc_pipeline/domain/canary.py; relative weights, a program left out is never answered), whatever "
+        "the task; null = uniformly. config/canary.yaml makes the base model rarely guess the most common solution",
+    )
+
+    @model_validator(mode="after")
+    def _canary_weights(self) -> RandomModelConfig:
+        check_canary_weights(self.warmup_answers, self.warmup_canary_weights)
+        return self
 
 
 def build_random_model(tasks_path: Path, output: Path, config: RandomModelConfig) -> dict[str, Any]:

@@ -8,7 +8,7 @@ import logging
 import time
 from typing import Any, Literal, Protocol
 
-from arc_pipeline.domain.canary import CANARY_BODIES
+from arc_pipeline.domain.canary import CANARY_BODIES, CANARY_PROGRAMS
 from arc_pipeline.models.tokens import END_OF_TURN_TOKEN
 
 log = logging.getLogger(__name__)
@@ -22,6 +22,7 @@ class WarmupSettings(Protocol):
     warmup_learning_rate: float
     warmup_batch_size: int
     warmup_answers: WarmupAnswers
+    warmup_canary_weights: dict[str, float] | None
 
 
 # Bodies of the warm-up answers (see warm_up): trivial programs, so that samples differ. Most give a
@@ -47,6 +48,28 @@ def warmup_bodies(answers: WarmupAnswers) -> tuple[str, ...]:
     """The bodies a warm-up draws from: the trivial set, or the canary family's programs
     (arc_pipeline/domain/canary.py), so that the base model guesses among them uniformly."""
     return CANARY_BODIES if answers == "canary" else WARMUP_BODIES
+
+
+def check_canary_weights(answers: WarmupAnswers, weights: dict[str, float] | None) -> None:
+    """The canary answers' weights name canary programs, are >= 0, and not all 0 (a ValueError says which)."""
+    if weights is None:
+        return
+    if answers != "canary":
+        raise ValueError("warmup_canary_weights: only with warmup_answers: canary")
+    unknown = sorted(set(weights) - set(CANARY_PROGRAMS))
+    if unknown:
+        raise ValueError(f"warmup_canary_weights: unknown programs {unknown}; known: {sorted(CANARY_PROGRAMS)}")
+    if any(weight < 0 for weight in weights.values()) or not any(weights.values()):
+        raise ValueError("warmup_canary_weights: weights must be >= 0 and not all 0")
+
+
+def answer_probabilities(answers: WarmupAnswers, canary_weights: dict[str, float] | None) -> list[float] | None:
+    """How often the warm-up answers with each body of warmup_bodies(answers); None = uniformly. A program
+    the weights leave out is never answered."""
+    if canary_weights is None:
+        return None
+    weights = [canary_weights.get(name, 0.0) for name in CANARY_PROGRAMS]
+    return [weight / sum(weights) for weight in weights]
 
 
 def warmup_answer(body: str) -> str:
@@ -125,6 +148,7 @@ def _warm_up(model: Any, tokenizer: Any, tasks: list[Any], config: WarmupSetting
     started = time.perf_counter()
     rng = np.random.default_rng(config.seed)
     bodies = warmup_bodies(config.warmup_answers)
+    probabilities = answer_probabilities(config.warmup_answers, config.warmup_canary_weights)
     prompts = warmup_prompts(tasks, tokenizer, rng, bodies)
     eot = tokenizer.convert_tokens_to_ids(END_OF_TURN_TOKEN)
     answers = {
@@ -158,7 +182,8 @@ def _warm_up(model: Any, tokenizer: Any, tasks: list[Any], config: WarmupSetting
             rest = len(prompt) - 1 - tail  # tokens between <|begin_of_text|> and the tail
             sample = min(WARMUP_SAMPLE, rest)
             kept = np.sort(rng.choice(np.arange(1, 1 + rest), size=sample, replace=False))
-            answer = answers[is_first][int(rng.integers(len(bodies)))]
+            choice = rng.integers(len(bodies)) if probabilities is None else rng.choice(len(bodies), p=probabilities)
+            answer = answers[is_first][int(choice)]
             ids = [bos, *(prompt[i] for i in kept), *prompt[-tail:], *answer]
             positions = [0, *kept.tolist(), *range(len(prompt) - tail, len(prompt) + len(answer))]
             rows.append((ids, positions, sample, tail, math.log(rest / sample) if sample else 0.0))

@@ -16,7 +16,9 @@ from arc_pipeline.domain.canary import (
     canary_rows,
     canary_tasks,
 )
-from arc_pipeline.models.warmup import WARMUP_BODIES, warmup_answer, warmup_bodies
+from arc_pipeline.models.random import RandomModelConfig
+from arc_pipeline.models.tiny import TinyModelConfig
+from arc_pipeline.models.warmup import WARMUP_BODIES, answer_probabilities, warmup_answer, warmup_bodies
 from arc_pipeline.sandbox import Sandbox, SandboxConfig, extract_code
 from arc_pipeline.stages.barc_tasks import BarcTasksConfig, row_to_task
 
@@ -82,6 +84,47 @@ def test_bad_settings_are_named(field: str, value: object, message: str) -> None
 def test_warmup_answers_choose_the_body_set() -> None:
     assert warmup_bodies("canary") == CANARY_BODIES
     assert warmup_bodies("trivial") == WARMUP_BODIES
+
+
+def test_warmup_canary_weights_set_how_often_each_body_is_answered() -> None:
+    assert answer_probabilities("canary", None) is None  # uniformly
+    probabilities = answer_probabilities("canary", {"rot180": 1, "flipud": 3, "transpose": 4})
+    by_body = dict(zip(warmup_bodies("canary"), probabilities, strict=True))
+    assert by_body == {
+        CANARY_PROGRAMS["rot180"].body: 0.125,
+        CANARY_PROGRAMS["flipud"].body: 0.375,
+        CANARY_PROGRAMS["fliplr"].body: 0.0,  # left out: never answered
+        CANARY_PROGRAMS["transpose"].body: 0.5,
+    }
+
+
+@pytest.mark.parametrize("model_config", [TinyModelConfig, RandomModelConfig])
+def test_unset_warmup_canary_weights_leave_the_model_rules_params_as_they_were(model_config: type) -> None:
+    """The model rule's params are its config section's JSON: a new field that appears there, unset, would
+    rerun the model and everything after it in every existing results folder."""
+    assert "warmup_canary_weights" not in model_config(warmup_answers="canary").model_dump(mode="json")
+    weights = {"rot180": 1.0, "flipud": 3.0}
+    assert (
+        model_config(warmup_answers="canary", warmup_canary_weights=weights).model_dump(mode="json")[
+            "warmup_canary_weights"
+        ]
+        == weights
+    )
+
+
+@pytest.mark.parametrize("model_config", [TinyModelConfig, RandomModelConfig])
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"warmup_answers": "trivial", "warmup_canary_weights": {"rot180": 1}}, "only with warmup_answers: canary"),
+        ({"warmup_answers": "canary", "warmup_canary_weights": {"rot90": 1}}, r"unknown programs \['rot90'\]"),
+        ({"warmup_answers": "canary", "warmup_canary_weights": {"rot180": 0}}, "not all 0"),
+        ({"warmup_answers": "canary", "warmup_canary_weights": {"rot180": -1, "flipud": 2}}, ">= 0"),
+    ],
+)
+def test_bad_warmup_canary_weights_are_named(model_config: type, settings: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        model_config(**settings)
 
 
 def test_each_body_computes_its_program_in_the_sandbox() -> None:

@@ -30,7 +30,7 @@ def canary(tmp_path_factory) -> Workflow:
 def test_learning_happened(canary: Workflow) -> None:
     """The reward rose and the adapter carries it to held-out tasks, with a margin that a different CPU's
     arithmetic cannot erase: the preset's own thresholds (1.5x, +15 points) are the verdict's, and the
-    benchmark's three seeds met them 2 of 3 times (benchmarks/README.md)."""
+    benchmark's three seeds met them 3 of 3 times (benchmarks/README.md)."""
     verdict = json.loads(canary.path("canary/verdict.json").read_text())
     summary = canary.path("canary/verdict.md").read_text()
     assert verdict["reward_ratio"] >= 1.25, summary
@@ -40,12 +40,13 @@ def test_learning_happened(canary: Workflow) -> None:
 
 
 def test_first_turn_guesses_as_the_canary_says(canary: Workflow) -> None:
-    """The base model solves some tasks and misses most: 10-40% of first-turn predictions are right."""
+    """The base model solves some tasks and misses most: 5-40% of first-turn predictions are right (about
+    one in eight by the preset's warm-up weights; 8.6-13.3% over the benchmark's three seeds)."""
     import polars as pl
 
     executions = pl.read_parquet(canary.path("execute/barc/part1.parquet"))
     solved = executions.filter(pl.col("train_correct_grids") == 1).height / executions.height
-    assert 0.10 <= solved <= 0.40
+    assert 0.05 <= solved <= 0.40
     assert executions["error_type"].null_count() / executions.height > 0.9  # the answers are valid programs
 
 

@@ -136,3 +136,16 @@ def test_a_missing_extra_adapter_fails_at_parse_time(tmp_path: Path, adapter: st
     (tmp_path / "found").mkdir()
     result = dry_run(tmp_path, "--config", "evaluate={extra_adapters: {mine: found}}")
     assert result.returncode == 0, output(result)[-2000:]
+
+
+def test_a_field_left_out_while_unset_stays_out_of_the_model_rules_params(tmp_path: Path) -> None:
+    """Results made before model.*.warmup_canary_weights existed stay up to date: the field is absent from the
+    model job's config (its params) unless set, schema validation included."""
+    result = dry_run(tmp_path, targets=("results/model/base",))
+    assert "warmup_canary_weights" not in json.dumps(stage_config(result, " model --tasks"))
+    mine = write(
+        tmp_path / "mine.yaml",
+        "base: canary\nmodel:\n  tiny:\n    warmup_canary_weights: {rot180: 1, flipud: 3}\n",
+    )
+    result = dry_run(tmp_path, "--configfile", str(mine), targets=("results/canary/model/base",))
+    assert stage_config(result, " model --tasks")["tiny"]["warmup_canary_weights"] == {"rot180": 1.0, "flipud": 3.0}
