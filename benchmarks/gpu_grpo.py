@@ -6,8 +6,9 @@ process (its own CUDA context and colocated vLLM engine), on the same model and 
 * the model: random weights of Llama-3.1-8B's shape without the answer-format warm-up, so that no completion
   ever ends its turn: every one runs to ``max_completion_length`` and stays in the loss
   (``mask_truncated_completions`` off);
-* the prompts: refinement prompts of random tasks, about ``--grid-side`` x ``--grid-side`` grids (2.4k tokens
-  at side 10, like the smoke preset's refinement dataset);
+* the prompts: refinement prompts of random tasks, about ``--grid-side`` x ``--grid-side`` grids (1.6k tokens
+  at side 10, measured on the H100; the smoke preset's refinement prompts are about 2.4k, so use a larger side to
+  match them);
 * the settings: ``config/barc-multiturn.yaml``'s train section (LoRA rank 1, 32 completions over 4
   accumulation steps, colocated vLLM at 0.3, gradient checkpointing, beta 0.02), then each lever on top.
 
