@@ -140,12 +140,15 @@ def test_a_missing_extra_adapter_fails_at_parse_time(tmp_path: Path, adapter: st
 
 def test_a_field_left_out_while_unset_stays_out_of_the_model_rules_params(tmp_path: Path) -> None:
     """Results made before model.*.warmup_canary_weights existed stay up to date: the field is absent from the
-    model job's config (its params) unless set, schema validation included."""
+    model job's config (its params) unless set, schema validation included. Set over a preset's weights, it
+    merges with them key by key, as every mapping does (a weight of 0 drops a program)."""
     result = dry_run(tmp_path, targets=("results/model/base",))
     assert "warmup_canary_weights" not in json.dumps(stage_config(result, " model --tasks"))
     mine = write(
         tmp_path / "mine.yaml",
-        "base: canary\nmodel:\n  tiny:\n    warmup_canary_weights: {rot180: 1, flipud: 3}\n",
+        "base: canary\nmodel:\n  tiny:\n    warmup_canary_weights: {rot180: 2, flipud: 0}\n",
     )
     result = dry_run(tmp_path, "--configfile", str(mine), targets=("results/canary/model/base",))
-    assert stage_config(result, " model --tasks")["tiny"]["warmup_canary_weights"] == {"rot180": 1.0, "flipud": 3.0}
+    preset = yaml.safe_load((REPO / "config" / "canary.yaml").read_text())["model"]["tiny"]["warmup_canary_weights"]
+    expected = {**{name: float(weight) for name, weight in preset.items()}, "rot180": 2.0, "flipud": 0.0}
+    assert stage_config(result, " model --tasks")["tiny"]["warmup_canary_weights"] == expected
