@@ -23,7 +23,7 @@ from arc_pipeline.models.tokenizer import (
     tokenizer_corpus,
 )
 from arc_pipeline.models.tokens import END_OF_MESSAGE_TOKEN, END_OF_TEXT_TOKEN, END_OF_TURN_TOKEN
-from arc_pipeline.models.warmup import WarmupAnswers, check_canary_weights, warm_up, warmup_bodies
+from arc_pipeline.models.warmup import WarmupAnswerFields, warm_up, warmup_bodies
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +62,7 @@ class LlamaShape(BaseModel):
         return self
 
 
-class RandomModelConfig(BaseModel):
+class RandomModelConfig(WarmupAnswerFields):
     """Random weights of a real architecture with a full-size Llama 3 tokenizer (GPU smoke runs).
 
     Nothing is downloaded. The tokenizer is a byte-level BPE learnt from the tasks' prompts
@@ -86,25 +86,6 @@ class RandomModelConfig(BaseModel):
     warmup_learning_rate: float = Field(
         3e-4, gt=0, description="peak AdamW learning rate of the warm-up (deep models need far less than tiny's)"
     )
-    warmup_batch_size: int = Field(16, ge=1, description="sequences per warm-up step")
-    warmup_answers: WarmupAnswers = Field(
-        "trivial",
-        description="what the warm-up answers with: trivial (a few trivial programs, some failing on purpose) or "
-        "canary (the canary family's programs, arc_pipeline/domain/canary.py, uniformly: config/canary.yaml)",
-    )
-    # Left out of the config while unset, so that results made before this field existed stay up to date.
-    warmup_canary_weights: dict[str, float] | None = Field(
-        None,
-        exclude_if=lambda weights: weights is None,
-        description="with warmup_answers: canary, how often the warm-up answers with each canary program (names "
-        "from arc_pipeline/domain/canary.py; relative weights, a program left out is never answered), whatever "
-        "the task; null = uniformly. config/canary.yaml makes the base model rarely guess the most common solution",
-    )
-
-    @model_validator(mode="after")
-    def _canary_weights(self) -> RandomModelConfig:
-        check_canary_weights(self.warmup_answers, self.warmup_canary_weights)
-        return self
 
 
 def build_random_model(tasks_path: Path, output: Path, config: RandomModelConfig) -> dict[str, Any]:

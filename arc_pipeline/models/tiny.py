@@ -11,18 +11,18 @@ import logging
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
 from arc_pipeline.models.tokenizer import corpus_tasks, tokenizer_corpus, train_tokenizer
 from arc_pipeline.models.tokens import END_OF_MESSAGE_TOKEN, END_OF_TEXT_TOKEN, END_OF_TURN_TOKEN
-from arc_pipeline.models.warmup import WarmupAnswers, check_canary_weights, warm_up, warmup_bodies
+from arc_pipeline.models.warmup import WarmupAnswerFields, warm_up, warmup_bodies
 
 log = logging.getLogger(__name__)
 
 VLLM_CPU_HEAD_SIZE = 64  # vLLM's CPU attention kernels reject small heads (16 fails, 64 works)
 
 
-class TinyModelConfig(BaseModel):
+class TinyModelConfig(WarmupAnswerFields):
     """A tiny Llama for CPU runs, shaped like Llama 3.1 (GQA, untied head, RoPE 500k).
 
     Its weights are random, then (unless ``warmup_steps`` is 0) briefly fine-tuned to answer every
@@ -55,25 +55,6 @@ class TinyModelConfig(BaseModel):
     warmup_learning_rate: float = Field(
         5e-3, gt=0, description="peak AdamW learning rate of the warm-up (10% linear ramp, then linear decay)"
     )
-    warmup_batch_size: int = Field(16, ge=1, description="sequences per warm-up step")
-    warmup_answers: WarmupAnswers = Field(
-        "trivial",
-        description="what the warm-up answers with: trivial (a few trivial programs, some failing on purpose) or "
-        "canary (the canary family's programs, arc_pipeline/domain/canary.py, uniformly: config/canary.yaml)",
-    )
-    # Left out of the config while unset, so that results made before this field existed stay up to date.
-    warmup_canary_weights: dict[str, float] | None = Field(
-        None,
-        exclude_if=lambda weights: weights is None,
-        description="with warmup_answers: canary, how often the warm-up answers with each canary program (names "
-        "from arc_pipeline/domain/canary.py; relative weights, a program left out is never answered), whatever "
-        "the task; null = uniformly. config/canary.yaml makes the base model rarely guess the most common solution",
-    )
-
-    @model_validator(mode="after")
-    def _canary_weights(self) -> TinyModelConfig:
-        check_canary_weights(self.warmup_answers, self.warmup_canary_weights)
-        return self
 
     @model_validator(mode="after")
     def _head_size(self) -> TinyModelConfig:

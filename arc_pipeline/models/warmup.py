@@ -8,6 +8,8 @@ import logging
 import time
 from typing import Any, Literal, Protocol
 
+from pydantic import BaseModel, Field, model_validator
+
 from arc_pipeline.domain.canary import CANARY_BODIES, CANARY_PROGRAMS
 from arc_pipeline.models.tokens import END_OF_TURN_TOKEN
 
@@ -44,9 +46,36 @@ WARMUP_BODIES = (
 WarmupAnswers = Literal["trivial", "canary"]
 
 
+class WarmupAnswerFields(BaseModel):
+    """The warm-up's answer fields, alike in ``TinyModelConfig`` and ``RandomModelConfig`` (their steps and
+    learning rates differ, so each model's config declares those)."""
+
+    warmup_batch_size: int = Field(16, ge=1, description="sequences per warm-up step")
+    warmup_answers: WarmupAnswers = Field(
+        "trivial",
+        description="what the warm-up answers with: trivial (a few trivial programs, some failing on purpose) or "
+        "canary (the canary family's programs, arc_pipeline/domain/canary.py: config/canary.yaml)",
+    )
+    # Left out of the config while unset, so that results made before this field existed stay up to date.
+    warmup_canary_weights: dict[str, float] | None = Field(
+        None,
+        exclude_if=lambda weights: weights is None,
+        description="with warmup_answers: canary, how often the warm-up answers with each canary program (names "
+        "from arc_pipeline/domain/canary.py; relative weights, a program left out or at 0 is never answered; over "
+        "a preset's weights they merge key by key), whatever the task; null = uniformly. config/canary.yaml makes "
+        "the base model rarely guess the most common solution",
+    )
+
+    @model_validator(mode="after")
+    def _canary_weights(self) -> WarmupAnswerFields:
+        check_canary_weights(self.warmup_answers, self.warmup_canary_weights)
+        return self
+
+
 def warmup_bodies(answers: WarmupAnswers) -> tuple[str, ...]:
     """The bodies a warm-up draws from: the trivial set, or the canary family's programs
-    (arc_pipeline/domain/canary.py), so that the base model guesses among them uniformly."""
+    (arc_pipeline/domain/canary.py), among which the base model guesses independently of the task
+    (uniformly, or with ``warmup_canary_weights``: answer_probabilities)."""
     return CANARY_BODIES if answers == "canary" else WARMUP_BODIES
 
 
