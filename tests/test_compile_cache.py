@@ -13,8 +13,12 @@ from arc_pipeline.generation.compile_cache import CACHE_VARIABLES, use_compile_c
 
 @pytest.fixture
 def clean_cache_variables(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Unset while the test runs, restored after it: use_compile_cache sets os.environ itself, and a variable
+    left behind would make every later workflow run in this pytest process skip the run's own cache folder.
+    (delenv of an absent variable records nothing to restore, so setenv first.)"""
     for variable in CACHE_VARIABLES:
-        monkeypatch.delenv(variable, raising=False)
+        monkeypatch.setenv(variable, "")
+        monkeypatch.delenv(variable)
 
 
 @pytest.mark.usefixtures("clean_cache_variables")

@@ -10,6 +10,7 @@ consistent with what it was built from.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 
 import polars as pl
@@ -128,6 +129,10 @@ def test_every_job_is_benchmarked_and_tabled_for_the_report(finished: Workflow) 
 def test_gpu_jobs_share_the_runs_compile_cache(finished: Workflow) -> None:
     """Every inference and train job keeps its vLLM, Inductor and Triton caches in <results>/compile-cache, so
     that later engine starts (and jobs on other nodes, with cluster.compile_cache_dir) start warm."""
+    # a cache folder set in the environment wins (generation/compile_cache.py), as on a cluster with its own
+    ours = {variable: sub for variable, sub in CACHE_VARIABLES.items() if variable not in os.environ}
+    if not ours:
+        pytest.skip(f"{', '.join(CACHE_VARIABLES)} are all set in this environment: the run uses those")
     planned = finished.planned_jobs("--forceall")
     cache = finished.path("compile-cache").absolute()
     logs = [path for path in finished.path("logs").rglob("*.log") if "compile cache: " in path.read_text()]
@@ -136,8 +141,8 @@ def test_gpu_jobs_share_the_runs_compile_cache(finished: Workflow) -> None:
         named = {
             line.split("compile cache: ")[1] for line in path.read_text().splitlines() if "compile cache: " in line
         }
-        assert named == {f"{variable}={cache / sub}" for variable, sub in CACHE_VARIABLES.items()}, path
-    assert sorted(child.name for child in cache.iterdir()) == sorted(CACHE_VARIABLES.values())
+        assert named == {f"{variable}={cache / sub}" for variable, sub in ours.items()}, path
+    assert sorted(child.name for child in cache.iterdir()) == sorted(ours.values())
 
 
 def test_second_run_has_nothing_to_do(finished: Workflow) -> None:

@@ -68,9 +68,9 @@ def planned_configs(target: str, *extra: str) -> dict[str, list[tuple[list[str],
     assert result.returncode == 0, result.stderr[-3000:]
     planned: dict[str, list[tuple[list[str], dict]]] = {}
     for line in (result.stdout + result.stderr).splitlines():
-        if "arc-pipeline --log-file" in line and "--config-json" in line:
+        if "arc-pipeline " in line and "--config-json" in line:
             words = shlex.split(re.sub(r"^.*?arc-pipeline", "arc-pipeline", line))
-            # the command after the global options (--log-file, and --gpu-memory-file for GPU jobs), as the CLI reads it
+            # the command after the global options (--log-file, and for GPU jobs more), as the CLI reads it
             command = build_parser().parse_known_args(words[1:])[0].command
             planned.setdefault(command, []).append((words, json.loads(words[-1])))
     return planned
