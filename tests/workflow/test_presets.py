@@ -70,7 +70,7 @@ def planned_configs(target: str, *extra: str) -> dict[str, list[tuple[list[str],
     for line in (result.stdout + result.stderr).splitlines():
         if "arc-pipeline " in line and "--config-json" in line:
             words = shlex.split(re.sub(r"^.*?arc-pipeline", "arc-pipeline", line))
-            # the command after the global options (--log-file, and for GPU jobs more), as the CLI reads it
+            # the command after the global options (GPU jobs: --compile-cache, --gpu-memory-file), as the CLI reads it
             command = build_parser().parse_known_args(words[1:])[0].command
             planned.setdefault(command, []).append((words, json.loads(words[-1])))
     return planned
