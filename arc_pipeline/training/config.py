@@ -104,6 +104,15 @@ class TrainConfig(BaseModel):
     use_cpu: bool = Field(False, description="train on the CPU (tests, the embedded default config)")
     bf16: bool = Field(True, description="bf16 mixed precision (published run: bf16); False on CPU")
     gradient_checkpointing: bool = Field(True, description="recompute activations to fit 8B + 9.7k tokens on a GPU")
+    backward_chunk_tokens: PositiveInt | None = Field(
+        None,
+        description="run each micro-batch's forward and backward in chunks of completions of at most this many "
+        "tokens (prompt + completion), without activation checkpointing: no recomputation, a third less training "
+        "compute. A completion longer than this runs alone, checkpointed if gradient_checkpointing is on. The loss "
+        "and its normalisation stay the micro-batch's (arc_pipeline/training/chunked_backward.py). Size it from the "
+        "GPU memory left beside the model and vLLM: about 6 MB of activations per token at the 8B shape "
+        "(benchmarks/README.md). None = the whole micro-batch in one pass",
+    )
     seed: int = Field(42, description="seed of adapter initialisation, data order and sampling")
 
     # ---- LoRA (published run: rank 1, rsLoRA, alpha 64, all attention and MLP projections)
@@ -293,6 +302,8 @@ class TrainConfig(BaseModel):
                 f"vllm_server_gpus ({self.vllm_server_gpus}) must be a multiple of vllm_server_tensor_parallel_size "
                 f"({self.vllm_server_tensor_parallel_size})"
             )
+        if self.backend == "unsloth" and self.backward_chunk_tokens is not None:
+            raise ValueError("backward_chunk_tokens is for backend trl: unsloth computes its own GRPO loss")
         if self.backend == "unsloth" and self.launched:
             raise ValueError("training_processes > 1 and vllm_mode 'server' need backend trl (unsloth: one GPU)")
 

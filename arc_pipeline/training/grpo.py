@@ -196,6 +196,7 @@ def train(
     from arc_pipeline.sandbox import Sandbox, SandboxConfig
     from arc_pipeline.scoring.rules import max_output_side
     from arc_pipeline.training.callbacks import CollapseGuard, LiveMetrics, metrics_rows
+    from arc_pipeline.training.chunked_backward import ChunkedBackward
     from arc_pipeline.training.phases import PhaseTimer
     from arc_pipeline.training.preemption import CheckpointOnSigterm
     from arc_pipeline.training.rewards import ArcReward, soft_overlong_penalty
@@ -247,6 +248,8 @@ def train(
             **({"rollout_func": rollout} if rollout is not None else {}),
         )
         trainer.add_callback(CheckpointOnSigterm())  # SIGTERM (preemption): checkpoint, then stop
+        if config.backward_chunk_tokens is not None:
+            ChunkedBackward(config.backward_chunk_tokens).attach(trainer)
         phases.attach(trainer)
         trainer.train(resume_from_checkpoint=str(resume) if resume else None)
     if trainer.is_world_process_zero():

@@ -1,0 +1,174 @@
+"""Forward and backward of a GRPO micro-batch in chunks of completions, each without activation checkpointing.
+
+Gradient checkpointing lets a micro-batch of 8 full-length 8B completions fit on one GPU, at the price of a
+second forward pass in the backward (a third of the training compute). Without it, activations cost about
+6 MB per token at the 8B shape (benchmarks/README.md), so only a few thousand tokens fit beside the colocated
+vLLM engine. ``train.backward_chunk_tokens`` takes both: the micro-batch TRL hands to ``compute_loss`` is cut
+into chunks of completions of at most that many tokens (right padding trimmed per chunk), each chunk runs
+forward and backward without checkpointing, and a single completion longer than the budget runs alone with
+checkpointing. The loss is unchanged: each chunk's loss is weighted so that the sum is TRL's loss of the whole
+micro-batch, whose normalisation depends on the loss type (``bnpo`` divides by the micro-batch's tokens,
+``grpo`` averages its sequences, ``dapo`` divides by the generation batch's tokens).
+
+How the gradients of the chunks meet: every chunk but the last is differentiated here
+(``torch.autograd.grad``, under ``no_sync`` in a distributed run) and its gradient kept; the last chunk's loss
+goes back to the trainer with a zero-valued term whose gradient is the kept sum. The trainer's one
+``backward`` then sees the micro-batch's whole gradient, so gradient-accumulation scaling, mixed precision and
+the data-parallel all-reduce happen once, exactly as without chunks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable, Iterator
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+# the per-sequence entries of a GRPO micro-batch whose second dimension is the prompt, not the completion
+PROMPT_KEYS = frozenset({"prompt_ids", "prompt_mask"})
+# loss types by how TRL normalises a micro-batch's loss (trl GRPOTrainer._compute_loss)
+PER_TOKEN_OF_MICRO_BATCH = frozenset({"bnpo"})
+PER_SEQUENCE_OF_MICRO_BATCH = frozenset({"grpo", "sapo", "dr_grpo", "luspo"})
+PER_TOKEN_OF_GENERATION_BATCH = frozenset({"dapo", "cispo", "vespo"})
+
+
+def plan_chunks(prompt_width: int, completion_lengths: list[int], token_budget: int) -> list[tuple[int, int]]:
+    """Consecutive ``(start, stop)`` rows of a micro-batch whose padded tokens stay within ``token_budget``.
+
+    A chunk's tokens are its rows times (prompt width + its longest completion), the shape of its forward
+    pass once the completion padding beyond its longest row is trimmed. A row over the budget on its own is
+    a chunk of one (it runs with checkpointing).
+    """
+    chunks: list[tuple[int, int]] = []
+    start, longest = 0, 0
+    for row, length in enumerate(completion_lengths):
+        wider = max(longest, length)
+        if row > start and (row - start + 1) * (prompt_width + wider) > token_budget:
+            chunks.append((start, row))
+            start, wider = row, length
+        longest = wider
+    if completion_lengths:
+        chunks.append((start, len(completion_lengths)))
+    return chunks
+
+
+def check_loss_type(loss_type: str) -> None:
+    known = PER_TOKEN_OF_MICRO_BATCH | PER_SEQUENCE_OF_MICRO_BATCH | PER_TOKEN_OF_GENERATION_BATCH
+    if loss_type not in known:
+        raise ValueError(f"backward_chunk_tokens: no chunk weighting known for TRL loss type {loss_type!r}")
+
+
+def chunk_weights(loss_type: str, mask: Any, chunks: list[tuple[int, int]]) -> list[float]:
+    """Factor of each chunk's TRL loss so that the factored sum is the micro-batch's TRL loss."""
+    check_loss_type(loss_type)
+    rows = int(mask.shape[0])
+    if loss_type in PER_TOKEN_OF_MICRO_BATCH:
+        tokens = max(float(mask.sum()), 1.0)
+        return [max(float(mask[start:stop].sum()), 1.0) / tokens for start, stop in chunks]
+    if loss_type in PER_SEQUENCE_OF_MICRO_BATCH:
+        return [(stop - start) / rows for start, stop in chunks]
+    return [1.0 for _ in chunks]  # normalised by the generation batch's tokens, whatever the chunk
+
+
+def chunk_inputs(inputs: dict[str, Any], start: int, stop: int, completion_width: int) -> dict[str, Any]:
+    """Rows ``start:stop`` of a micro-batch, completion-shaped entries cut to ``completion_width`` columns."""
+    import torch
+
+    rows = int(inputs["completion_ids"].shape[0])
+    full_width = int(inputs["completion_ids"].shape[1])
+    part: dict[str, Any] = {}
+    for key, value in inputs.items():
+        piece = value
+        if isinstance(value, torch.Tensor) and value.dim() >= 1 and value.shape[0] == rows:
+            piece = value[start:stop]
+            if key not in PROMPT_KEYS and piece.dim() >= 2 and piece.shape[1] == full_width:
+                piece = piece[:, :completion_width]
+        elif isinstance(value, list) and len(value) == rows:
+            piece = value[start:stop]
+        part[key] = piece
+    return part
+
+
+@contextlib.contextmanager
+def without_checkpointing(model: Any) -> Iterator[None]:
+    """Activation checkpointing of the model's layers off for one chunk, then as it was."""
+    layers = [module for module in model.modules() if getattr(module, "gradient_checkpointing", False) is True]
+    for module in layers:
+        module.gradient_checkpointing = False
+    try:
+        yield
+    finally:
+        for module in layers:
+            module.gradient_checkpointing = True
+
+
+class ChunkedBackward:
+    """Replaces a TRL ``GRPOTrainer``'s ``compute_loss`` (instance attribute) with the chunked one."""
+
+    def __init__(self, token_budget: int) -> None:
+        self.token_budget = token_budget
+        self.trainer: Any = None
+        self._compute_loss: Callable[..., Any] | None = None
+
+    def attach(self, trainer: Any) -> ChunkedBackward:
+        if getattr(trainer, "top_entropy_quantile", 1.0) < 1.0 or getattr(trainer, "_entropy_bonus_enabled", False):
+            raise ValueError(
+                "backward_chunk_tokens: TRL's entropy mask and entropy bonus are computed over the whole "
+                "micro-batch and cannot be split into chunks; leave backward_chunk_tokens unset"
+            )
+        check_loss_type(trainer.loss_type)  # at the start, not at the first step
+        self.trainer = trainer
+        self._compute_loss = trainer.compute_loss
+        trainer.compute_loss = self.compute_loss
+        return self
+
+    def compute_loss(self, model: Any, inputs: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
+        import torch
+
+        assert self._compute_loss is not None
+        if not (model.training and torch.is_grad_enabled()):
+            return self._compute_loss(model, inputs, *args, **kwargs)
+        mask = inputs["completion_mask"]
+        if "tool_mask" in inputs:
+            mask = mask * inputs["tool_mask"]
+        lengths = _completion_lengths(inputs["completion_mask"])
+        prompt_width = int(inputs["prompt_ids"].shape[1])
+        chunks = plan_chunks(prompt_width, lengths, self.token_budget)
+        weights = chunk_weights(self.trainer.loss_type, mask, chunks)
+        params = [parameter for parameter in model.parameters() if parameter.requires_grad]
+        kept: list[torch.Tensor | None] = [None] * len(params)
+        earlier = None  # the loss values of the chunks before the last (no graph)
+        for index, ((start, stop), weight) in enumerate(zip(chunks, weights, strict=True)):
+            width = max(1, *lengths[start:stop])
+            part = chunk_inputs(inputs, start, stop, width)
+            tokens = (stop - start) * (prompt_width + width)
+            last = index == len(chunks) - 1
+            sync = contextlib.nullcontext() if last else self.trainer.accelerator.no_sync(model)
+            # a row over the budget on its own keeps the model's checkpointing (if it has it on)
+            fits = without_checkpointing(model) if tokens <= self.token_budget else contextlib.nullcontext()
+            with sync, fits:
+                loss = self._compute_loss(model, part, *args, **kwargs) * weight
+                if last:
+                    break
+                grads = torch.autograd.grad(loss, params, allow_unused=True)
+            for i, grad in enumerate(grads):
+                if grad is not None:
+                    kept[i] = grad if kept[i] is None else kept[i] + grad
+            earlier = loss.detach() if earlier is None else earlier + loss.detach()
+        carried = [(parameter * grad).sum() for parameter, grad in zip(params, kept, strict=True) if grad is not None]
+        if carried:
+            # zero in value; its gradient is the kept gradient of the earlier chunks
+            surrogate = torch.stack(carried).sum()
+            loss = loss + (surrogate - surrogate.detach())
+        return loss if earlier is None else loss + earlier
+
+
+def _completion_lengths(completion_mask: Any) -> list[int]:
+    """Columns up to each row's last unmasked completion token (0 for an empty row)."""
+    import torch
+
+    width = completion_mask.shape[1]
+    positions = torch.arange(1, width + 1, device=completion_mask.device)
+    return (completion_mask.bool() * positions).amax(dim=1).tolist()

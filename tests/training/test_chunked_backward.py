@@ -1,0 +1,186 @@
+"""The chunked backward (train.backward_chunk_tokens) gives TRL's own loss and gradient of a micro-batch.
+
+A real TRL GRPOTrainer on the tiny random Llama with a LoRA builds a real micro-batch (generation, rewards,
+advantages, reference log-probs); its completions are then cut to different lengths, so that the loss types
+that normalise by tokens and by sequences weigh them differently. The micro-batch's loss and LoRA gradient
+through TRL's compute_loss are the reference; the chunked ones must equal them.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from arc_pipeline.models.folder import load_tokenizer
+from arc_pipeline.training.chunked_backward import ChunkedBackward, chunk_weights, plan_chunks
+from arc_pipeline.training.config import TrainConfig
+from arc_pipeline.training.grpo import grpo_arguments, load_refinement_dataset
+
+pytestmark = pytest.mark.slow
+
+COMPLETION_LENGTHS = [8, 3, 8, 5, 1, 8, 2, 6]  # the micro-batch's 8 completions, cut to these lengths
+
+
+class VaryingReward:
+    """Rewards that differ within the group, so every completion has an advantage."""
+
+    __name__ = "varying"
+
+    def __call__(self, completions, **_) -> list[float]:
+        return [float(i % 3) for i in range(len(completions))]
+
+
+def config(**overrides) -> TrainConfig:
+    values = dict(
+        use_cpu=True,
+        bf16=False,
+        report_to=["none"],
+        num_generations=8,
+        gradient_accumulation_steps=1,
+        max_completion_length=8,
+        max_seq_length=2048,
+        mask_truncated_completions=False,
+        temperature=3.0,
+        top_k=4,
+        top_p=1.0,
+        repetition_penalty=1.0,
+        beta=0.02,
+        execution_workers=1,
+    )
+    return TrainConfig(**{**values, **overrides})
+
+
+def trainer_and_micro_batch(train_config: TrainConfig, tiny_model, dataset_path, tmp_path):
+    from transformers import AutoModelForCausalLM
+    from trl import GRPOTrainer
+
+    from arc_pipeline.training.grpo import lora_config
+
+    torch.manual_seed(0)
+    tokenizer = load_tokenizer(tiny_model)
+    tokenizer.padding_side = "left"
+    dataset, _ = load_refinement_dataset(dataset_path, tokenizer, train_config)
+    trainer = GRPOTrainer(
+        model=AutoModelForCausalLM.from_pretrained(str(tiny_model)),
+        reward_funcs=[VaryingReward()],
+        args=grpo_arguments(train_config, tmp_path / "run", [1.0]),
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        peft_config=lora_config(train_config),
+    )
+    rows = [dataset[i] for i in list(iter(trainer._get_train_sampler()))[: trainer.args.generation_batch_size]]
+    batch = trainer._generate_and_score_completions(rows)
+    assert batch["completion_ids"].shape == (8, 8)  # a random model never ends: all full length
+    mask = torch.zeros_like(batch["completion_mask"])
+    for row, length in enumerate(COMPLETION_LENGTHS):
+        mask[row, :length] = 1
+    batch["completion_mask"] = mask
+    if "num_items_in_batch" in batch:
+        batch["num_items_in_batch"] = mask.sum()
+    if train_config.gradient_checkpointing:  # as the training loop does at its start (transformers 5: non-reentrant)
+        trainer.model.gradient_checkpointing_enable(
+            gradient_checkpointing_kwargs=trainer.args.gradient_checkpointing_kwargs
+        )
+    trainer.model.train()
+    trainer.current_gradient_accumulation_steps = 1  # set by the training loop, which this test does not run
+    return trainer, batch
+
+
+def loss_and_gradient(trainer, batch) -> tuple[float, torch.Tensor]:
+    model = trainer.model
+    model.zero_grad(set_to_none=True)
+    loss = trainer.compute_loss(model, batch)
+    loss.backward()
+    grads = [p.grad.flatten() for p in model.parameters() if p.requires_grad and p.grad is not None]
+    return float(loss), torch.cat(grads)
+
+
+@pytest.mark.parametrize("loss_type", ["bnpo", "grpo", "dr_grpo", "dapo"])
+@pytest.mark.parametrize("checkpointed", [False, True])
+def test_chunks_give_the_micro_batchs_loss_and_gradient(
+    loss_type, checkpointed, tiny_model, refinement_dataset, tmp_path
+):
+    train_config = config(loss_type=loss_type, gradient_checkpointing=checkpointed)
+    trainer, batch = trainer_and_micro_batch(train_config, tiny_model, refinement_dataset(2), tmp_path)
+    reference_loss, reference_grad = loss_and_gradient(trainer, batch)
+    assert reference_grad.abs().sum() > 0
+
+    prompt_width = batch["prompt_ids"].shape[1]
+    # two completions per chunk at most (the budget fits two of the longest), the 8-token ones alone
+    budget = 2 * (prompt_width + 6)
+    chunks = plan_chunks(prompt_width, COMPLETION_LENGTHS, budget)
+    assert len(chunks) > 2
+    layers = [m for m in trainer.model.modules() if getattr(m, "gradient_checkpointing", False) is True]
+    assert bool(layers) == checkpointed
+    ChunkedBackward(budget).attach(trainer)
+    chunked_loss, chunked_grad = loss_and_gradient(trainer, batch)
+
+    assert chunked_loss == pytest.approx(reference_loss, rel=1e-5, abs=1e-7)
+    # float32 sums in another order: equal to within 1e-5 of the largest component
+    torch.testing.assert_close(chunked_grad, reference_grad, rtol=1e-4, atol=1e-5 * float(reference_grad.abs().max()))
+    # checkpointing is back on where the model had it
+    assert all(m.gradient_checkpointing for m in layers)
+
+
+def test_bnpo_chunks_are_weighted_by_their_tokens(tiny_model, refinement_dataset, tmp_path):
+    """Without bnpo's token weights, the chunks' sum is another loss (the weighting is what makes it TRL's)."""
+    _, batch = trainer_and_micro_batch(config(loss_type="bnpo"), tiny_model, refinement_dataset(2), tmp_path)
+    mask = batch["completion_mask"]
+    chunks = plan_chunks(batch["prompt_ids"].shape[1], COMPLETION_LENGTHS, 1)
+    assert chunks == [(row, row + 1) for row in range(8)]
+    weights = chunk_weights("bnpo", mask, chunks)
+    assert weights == pytest.approx([length / sum(COMPLETION_LENGTHS) for length in COMPLETION_LENGTHS])
+    assert weights != pytest.approx(chunk_weights("grpo", mask, chunks))
+
+
+def test_plan_chunks_keeps_order_and_budget():
+    assert plan_chunks(10, [5, 5, 5, 5], 30) == [(0, 2), (2, 4)]
+    assert plan_chunks(10, [5, 20, 5], 30) == [(0, 1), (1, 2), (2, 3)]  # 20 + 10 alone fills the budget
+    assert plan_chunks(10, [50, 1, 1], 30) == [(0, 1), (1, 3)]  # over the budget alone: a chunk of one
+    assert plan_chunks(10, [], 30) == []
+
+
+def test_unsloth_and_chunks_are_refused():
+    with pytest.raises(ValueError, match="backward_chunk_tokens"):
+        TrainConfig(backend="unsloth", backward_chunk_tokens=4096)
+
+
+def test_train_with_chunks_learns_what_train_without_learns(tiny_model, refinement_dataset, tmp_path, monkeypatch):
+    """The stage's own train(): two optimizer steps with and without chunks end at the same adapter."""
+    from safetensors.torch import load_file
+
+    from arc_pipeline.training import chunked_backward
+    from arc_pipeline.training.grpo import train
+
+    planned = []
+    plan = chunked_backward.plan_chunks
+    monkeypatch.setattr(chunked_backward, "plan_chunks", lambda *args: planned.append(plan(*args)) or planned[-1])
+
+    dataset = refinement_dataset(4)
+    adapters = {}
+    for name, budget in (("whole", None), ("chunked", 1)):
+        train_config = config(
+            loss_type="bnpo",
+            gradient_accumulation_steps=2,
+            max_steps=2,
+            learning_rate=1e-2,
+            warmup_ratio=0.0,
+            save_steps=100,
+            backward_chunk_tokens=budget,
+        )
+        out = tmp_path / name
+        train(
+            train_config,
+            dataset,
+            tiny_model,
+            out / "adapter",
+            out / "metrics.parquet",
+            extra_rewards=[(VaryingReward(), 1.0)],
+        )
+        adapters[name] = load_file(out / "adapter" / "adapter_model.safetensors")
+    # the chunked run cut each micro-batch of 4 completions into 4 chunks
+    assert planned and all(chunks == [(0, 1), (1, 2), (2, 3), (3, 4)] for chunks in planned)
+    assert any(float(weights.abs().max()) > 0 for key, weights in adapters["whole"].items() if "lora_B" in key)
+    assert adapters["chunked"].keys() == adapters["whole"].keys()
+    for key, whole in adapters["whole"].items():
+        torch.testing.assert_close(adapters["chunked"][key], whole, rtol=1e-4, atol=1e-6)
