@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -50,8 +52,19 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "vllm_gpu_memory_utilization": 0.5,
         "gradient_accumulation_steps": 2,
     },
+    # no recomputation: activations of a 2.6k-token completion are ~16 GB without checkpointing, so one per pass.
+    # A micro-batch of 1 changes bnpo's normalisation (per completion instead of per 8): speed only
+    "no-ckpt-mb1": {"gradient_checkpointing": False, "gradient_accumulation_steps": 32},
     "no-ckpt-mb2": {"gradient_checkpointing": False, "gradient_accumulation_steps": 16},
+    # the same compute with the preset's micro-batch and loss: chunks of at most N tokens without checkpointing
+    "chunked-4k": {"backward_chunk_tokens": 4096},
+    "chunked-6k": {"backward_chunk_tokens": 6144},
+    # sleep mode gives the engine's memory to training, so two 2.6k-token completions fit a chunk
+    "sleep-chunked-6k": {"vllm_enable_sleep_mode": True, "backward_chunk_tokens": 6144},
+    "chunked-4k-compile": {"backward_chunk_tokens": 4096, "torch_compile": True},
     "compile": {"torch_compile": True},
+    # diagnostic, not a lever (it changes what is sampled): what top-p and the repetition penalty cost the sampler
+    "plain-sampler": {"top_p": 1.0, "repetition_penalty": 1.0},
     "unsloth": {"backend": "unsloth"},
 }
 PARAMETERS_8B = 8.03e9
@@ -145,8 +158,13 @@ def summarize(work: Path, name: str, prompt_tokens: float) -> dict[str, Any] | N
 
     completions = config["num_generations"] * config["task_repeats"]
     tokens = completions * (prompt_tokens + mean("completions/mean_length"))
-    # LoRA: forward 2N, input-gradient backward 2N, recomputation 2N with checkpointing, reference forward 2N
-    flop_per_token = PARAMETERS_8B * (4 + 2 * config["gradient_checkpointing"] + 2 * (config["beta"] > 0))
+    # LoRA: forward 2N, input-gradient backward 2N, recomputation 2N with checkpointing, reference forward 2N.
+    # Chunks (backward_chunk_tokens) skip the recomputation of completions that fit the budget (all the same here)
+    chunk_budget = config.get("backward_chunk_tokens")
+    recomputed = config["gradient_checkpointing"] and (
+        chunk_budget is None or chunk_budget < prompt_tokens + mean("completions/mean_length")
+    )
+    flop_per_token = PARAMETERS_8B * (4 + 2 * recomputed + 2 * (config["beta"] > 0))
     row = {"variant": name, "steps measured": measured.height}
     row.update({f"{phase} (s)": mean(f"time/{phase}") for phase in PHASES})
     row["tokens / step"] = tokens
@@ -183,6 +201,9 @@ def main() -> None:
     parser.add_argument("--work", type=Path, required=True, help="folder for the model, prompts, caches and runs")
     parser.add_argument("--variants", default="baseline", help=f"comma-separated, of {list(VARIANTS)}")
     parser.add_argument("--steps", type=int, default=4, help="optimizer steps per variant (the first is not counted)")
+    parser.add_argument(
+        "--variant-timeout", type=float, default=None, help="stop a variant's process after this many seconds"
+    )
     parser.add_argument("--grid-side", type=int, default=10, help="side of the random grids (prompt length)")
     parser.add_argument("--run-variant", help=argparse.SUPPRESS)  # internal: one variant in a child process
     parser.add_argument("--report-only", action="store_true", help="print the table of the runs already made")
@@ -209,7 +230,13 @@ def main() -> None:
             name,
         ]
         with (args.work / f"{name}.log").open("w") as log:
-            status = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, check=False).returncode
+            child = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            try:
+                status: int | str = child.wait(timeout=args.variant_timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(child.pid, signal.SIGKILL)  # the variant and its sandbox workers
+                child.wait()
+                status = f"stopped after {args.variant_timeout:.0f} s"
         print(f"{name}: exit {status} (log {args.work / f'{name}.log'})", flush=True)
     rows = [row for name in names if (row := summarize(args.work, name, inputs["prompt_tokens"])) is not None]
     if rows:
