@@ -184,3 +184,25 @@ def test_train_with_chunks_learns_what_train_without_learns(tiny_model, refineme
     assert adapters["chunked"].keys() == adapters["whole"].keys()
     for key, whole in adapters["whole"].items():
         torch.testing.assert_close(adapters["chunked"][key], whole, rtol=1e-4, atol=1e-6)
+
+
+def test_chunks_under_data_parallel_give_the_all_reduced_gradient(tmp_path):
+    """Two gloo ranks with DistributedDataParallel: the chunked micro-batch's gradient, all-reduced once by the
+    trainer's backward, equals the whole micro-batch's on every rank (tests/training/ddp_chunks.py)."""
+    import socket
+
+    import torch.multiprocessing as mp
+
+    from tests.training.ddp_chunks import run_rank
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    mp.spawn(run_rank, args=(2, port, str(tmp_path)), nprocs=2, join=True)
+    ranks = [torch.load(tmp_path / f"rank{rank}.pt") for rank in (0, 1)]
+    for result in ranks:
+        assert result["whole"].abs().sum() > 0
+        torch.testing.assert_close(result["chunked"], result["whole"], rtol=1e-5, atol=1e-7)
+    # all-reduced: both ranks hold the same (averaged) gradient although their data differ
+    torch.testing.assert_close(ranks[0]["whole"], ranks[1]["whole"])
+    torch.testing.assert_close(ranks[0]["chunked"], ranks[1]["chunked"])
