@@ -2,13 +2,16 @@
 
 Gradient checkpointing lets a micro-batch of 8 full-length 8B completions fit on one GPU, at the price of a
 second forward pass in the backward (a third of the training compute). Without it, activations cost about
-6 MB per token at the 8B shape (benchmarks/README.md), so only a few thousand tokens fit beside the colocated
+6.6 MiB per token at the 8B shape (benchmarks/README.md), so only a few thousand tokens fit beside the colocated
 vLLM engine. ``train.backward_chunk_tokens`` takes both: the micro-batch TRL hands to ``compute_loss`` is cut
-into chunks of completions of at most that many tokens (right padding trimmed per chunk), each chunk runs
-forward and backward without checkpointing, and a single completion longer than the budget runs alone with
-checkpointing. The loss is unchanged: each chunk's loss is weighted so that the sum is TRL's loss of the whole
-micro-batch, whose normalisation depends on the loss type (``bnpo`` divides by the micro-batch's tokens,
-``grpo`` averages its sequences, ``dapo`` divides by the generation batch's tokens).
+into chunks of equally many completions, as many as keep every chunk within that many tokens (right padding
+trimmed per chunk); each chunk runs forward and backward without checkpointing, and a single completion longer
+than the budget runs alone with checkpointing. In a data-parallel run all processes use the smallest number of
+completions per chunk among them, because TRL gathers per-completion metrics inside each loss computation.
+
+The loss is unchanged: each chunk's loss is weighted so that the sum is TRL's loss of the whole micro-batch,
+whose normalisation depends on the loss type (``bnpo`` divides by the micro-batch's tokens, ``grpo`` averages
+its sequences, ``dapo`` divides by the generation batch's tokens).
 
 How the gradients of the chunks meet: every chunk but the last is differentiated here
 (``torch.autograd.grad``, under ``no_sync`` in a distributed run) and its gradient kept; the last chunk's loss
@@ -34,24 +37,29 @@ PER_SEQUENCE_OF_MICRO_BATCH = frozenset({"grpo", "sapo", "dr_grpo", "luspo"})
 PER_TOKEN_OF_GENERATION_BATCH = frozenset({"dapo", "cispo", "vespo"})
 
 
-def plan_chunks(prompt_width: int, completion_lengths: list[int], token_budget: int) -> list[tuple[int, int]]:
-    """Consecutive ``(start, stop)`` rows of a micro-batch whose padded tokens stay within ``token_budget``.
+def plan_chunks(
+    prompt_width: int,
+    completion_lengths: list[int],
+    token_budget: int,
+    agree: Callable[[int], int] = lambda rows: rows,
+) -> list[tuple[int, int]]:
+    """Consecutive ``(start, stop)`` rows of a micro-batch, the same number in each chunk (the last may hold fewer).
 
     A chunk's tokens are its rows times (prompt width + its longest completion), the shape of its forward
-    pass once the completion padding beyond its longest row is trimmed. A row over the budget on its own is
-    a chunk of one (it runs with checkpointing).
+    pass once the completion padding beyond its longest row is trimmed. The rows per chunk are the most for
+    which every chunk stays within ``token_budget``, and at least one: a row over the budget on its own is a
+    chunk of one (it runs with checkpointing). ``agree`` turns this process's number into the one all
+    processes of a data-parallel run use (their minimum): TRL gathers per-completion metrics inside every
+    loss computation, so each process must compute the same number of chunks of the same sizes.
     """
-    chunks: list[tuple[int, int]] = []
-    start, longest = 0, 0
-    for row, length in enumerate(completion_lengths):
-        wider = max(longest, length)
-        if row > start and (row - start + 1) * (prompt_width + wider) > token_budget:
-            chunks.append((start, row))
-            start, wider = row, length
-        longest = wider
-    if completion_lengths:
-        chunks.append((start, len(completion_lengths)))
-    return chunks
+    rows = len(completion_lengths)
+
+    def fits(size: int) -> bool:
+        blocks = (completion_lengths[start : start + size] for start in range(0, rows, size))
+        return all(len(block) * (prompt_width + max(block)) <= token_budget for block in blocks)
+
+    size = agree(next((size for size in range(rows, 1, -1) if fits(size)), 1))
+    return [(start, min(start + size, rows)) for start in range(0, rows, size)]
 
 
 def check_loss_type(loss_type: str) -> None:
@@ -119,6 +127,7 @@ class ChunkedBackward:
                 "micro-batch and cannot be split into chunks; leave backward_chunk_tokens unset"
             )
         check_loss_type(trainer.loss_type)  # at the start, not at the first step
+        log.info("forward and backward in chunks of at most %d tokens without checkpointing", self.token_budget)
         self.trainer = trainer
         self._compute_loss = trainer.compute_loss
         trainer.compute_loss = self.compute_loss
@@ -135,7 +144,7 @@ class ChunkedBackward:
             mask = mask * inputs["tool_mask"]
         lengths = _completion_lengths(inputs["completion_mask"])
         prompt_width = int(inputs["prompt_ids"].shape[1])
-        chunks = plan_chunks(prompt_width, lengths, self.token_budget)
+        chunks = plan_chunks(prompt_width, lengths, self.token_budget, self._agree)
         weights = chunk_weights(self.trainer.loss_type, mask, chunks)
         params = [parameter for parameter in model.parameters() if parameter.requires_grad]
         kept: list[torch.Tensor | None] = [None] * len(params)
@@ -163,6 +172,16 @@ class ChunkedBackward:
             surrogate = torch.stack(carried).sum()
             loss = loss + (surrogate - surrogate.detach())
         return loss if earlier is None else loss + earlier
+
+    def _agree(self, rows_per_chunk: int) -> int:
+        """The smallest rows-per-chunk of all processes (a data-parallel run); this process's alone otherwise."""
+        import torch
+
+        accelerator = self.trainer.accelerator
+        if getattr(accelerator, "num_processes", 1) <= 1:
+            return rows_per_chunk
+        mine = torch.tensor([rows_per_chunk], device=accelerator.device)
+        return int(accelerator.gather(mine).min())
 
 
 def _completion_lengths(completion_mask: Any) -> list[int]:

@@ -4,6 +4,7 @@ DistributedDataParallel, a bnpo-style loss, the micro-batch's gradient with and 
 from __future__ import annotations
 
 import os
+from datetime import timedelta
 from types import SimpleNamespace
 
 import torch
@@ -14,19 +15,33 @@ from arc_pipeline.training.chunked_backward import ChunkedBackward
 ROWS, PROMPT, COMPLETION = 4, 3, 6
 
 
+def gather(tensor: torch.Tensor) -> torch.Tensor:
+    """accelerate's gather: every process's tensor, concatenated (equal shapes required, as in NCCL)."""
+    parts = [torch.empty_like(tensor) for _ in range(dist.get_world_size())]
+    dist.all_gather(parts, tensor)
+    return torch.cat(parts)
+
+
 def bnpo_loss(model, inputs, *args, **kwargs):
-    """A loss of TRL's bnpo shape: per-token terms of the completion, summed over the mask, over its tokens."""
+    """A loss of TRL's bnpo shape: per-token terms of the completion, summed over the mask, over its tokens;
+    like TRL's, it gathers a per-completion metric from all processes."""
     ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1)
     values = model(ids).squeeze(-1)[:, -inputs["completion_ids"].shape[1] :]
     mask = inputs["completion_mask"]
     per_token = values * inputs["advantages"].unsqueeze(1)
+    gather((per_token.detach() * mask).sum(dim=1))
     return (per_token * mask).sum() / mask.sum().clamp(min=1.0)
+
+
+#: completion lengths per rank: alone, rank 0 would run chunks of two completions and rank 1 of one
+LENGTHS = {0: [2, 1, 3, 2], 1: [6, 1, 5, 2]}
+BUDGET = 2 * (PROMPT + 3)
 
 
 def micro_batch(rank: int) -> dict[str, torch.Tensor]:
     generator = torch.Generator().manual_seed(rank)
     mask = torch.zeros(ROWS, COMPLETION)
-    for row, length in enumerate(torch.randint(1, COMPLETION + 1, (ROWS,), generator=generator).tolist()):
+    for row, length in enumerate(LENGTHS[rank]):
         mask[row, :length] = 1
     return {
         "prompt_ids": torch.randint(0, 20, (ROWS, PROMPT), generator=generator),
@@ -44,7 +59,7 @@ def gradient(model, compute_loss, inputs) -> torch.Tensor:
 
 def run_rank(rank: int, world: int, port: int, out: str) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timedelta(seconds=60))
     try:
         torch.manual_seed(0)  # the same initial weights on every rank
         net = torch.nn.Sequential(torch.nn.Embedding(20, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
@@ -55,9 +70,12 @@ def run_rank(rank: int, world: int, port: int, out: str) -> None:
         trainer = SimpleNamespace(
             loss_type="bnpo",
             compute_loss=bnpo_loss,
-            accelerator=SimpleNamespace(no_sync=lambda wrapped: wrapped.no_sync()),  # as accelerate does for DDP
+            # as accelerate's Accelerator does for DDP
+            accelerator=SimpleNamespace(
+                num_processes=world, device="cpu", gather=gather, no_sync=lambda m: m.no_sync()
+            ),
         )
-        ChunkedBackward(token_budget=PROMPT + 1).attach(trainer)  # one row per chunk at least
+        ChunkedBackward(BUDGET).attach(trainer)
         chunked = gradient(model, trainer.compute_loss, inputs)
         torch.save({"whole": whole, "chunked": chunked}, f"{out}/rank{rank}.pt")
     finally:

@@ -97,22 +97,24 @@ def loss_and_gradient(trainer, batch) -> tuple[float, torch.Tensor]:
 
 @pytest.mark.parametrize("loss_type", ["bnpo", "grpo", "dr_grpo", "dapo"])
 @pytest.mark.parametrize("checkpointed", [False, True])
+@pytest.mark.parametrize("budget", ["pairs", "singles"])
 def test_chunks_give_the_micro_batchs_loss_and_gradient(
-    loss_type, checkpointed, tiny_model, refinement_dataset, tmp_path
+    loss_type, checkpointed, budget, tiny_model, refinement_dataset, tmp_path
 ):
+    """pairs: chunks of two completions (each pair's longest fits); singles: one completion per chunk, those
+    longer than 4 tokens over the budget, so they keep the model's checkpointing."""
     train_config = config(loss_type=loss_type, gradient_checkpointing=checkpointed)
     trainer, batch = trainer_and_micro_batch(train_config, tiny_model, refinement_dataset(2), tmp_path)
     reference_loss, reference_grad = loss_and_gradient(trainer, batch)
     assert reference_grad.abs().sum() > 0
 
     prompt_width = batch["prompt_ids"].shape[1]
-    # two completions per chunk at most (the budget fits two of the longest), the 8-token ones alone
-    budget = 2 * (prompt_width + 6)
-    chunks = plan_chunks(prompt_width, COMPLETION_LENGTHS, budget)
-    assert len(chunks) > 2
+    tokens = 2 * (prompt_width + 8) if budget == "pairs" else prompt_width + 4
+    expected = [(0, 2), (2, 4), (4, 6), (6, 8)] if budget == "pairs" else [(row, row + 1) for row in range(8)]
+    assert plan_chunks(prompt_width, COMPLETION_LENGTHS, tokens) == expected
     layers = [m for m in trainer.model.modules() if getattr(m, "gradient_checkpointing", False) is True]
     assert bool(layers) == checkpointed
-    ChunkedBackward(budget).attach(trainer)
+    ChunkedBackward(tokens).attach(trainer)
     chunked_loss, chunked_grad = loss_and_gradient(trainer, batch)
 
     assert chunked_loss == pytest.approx(reference_loss, rel=1e-5, abs=1e-7)
@@ -133,10 +135,14 @@ def test_bnpo_chunks_are_weighted_by_their_tokens(tiny_model, refinement_dataset
     assert weights != pytest.approx(chunk_weights("grpo", mask, chunks))
 
 
-def test_plan_chunks_keeps_order_and_budget():
+def test_plan_chunks_gives_equal_chunks_within_the_budget():
     assert plan_chunks(10, [5, 5, 5, 5], 30) == [(0, 2), (2, 4)]
+    assert plan_chunks(10, [5, 5, 5, 5], 60) == [(0, 4)]
     assert plan_chunks(10, [5, 20, 5], 30) == [(0, 1), (1, 2), (2, 3)]  # 20 + 10 alone fills the budget
-    assert plan_chunks(10, [50, 1, 1], 30) == [(0, 1), (1, 3)]  # over the budget alone: a chunk of one
+    assert plan_chunks(10, [50, 1, 1], 30) == [(0, 1), (1, 2), (2, 3)]  # over the budget alone: a chunk of one
+    assert plan_chunks(10, [5, 5, 5, 5, 5], 45) == [(0, 3), (3, 5)]
+    # a data-parallel run uses the smallest number of rows per chunk of all processes
+    assert plan_chunks(10, [5, 5, 5, 5], 60, agree=lambda rows: min(rows, 1)) == [(0, 1), (1, 2), (2, 3), (3, 4)]
     assert plan_chunks(10, [], 30) == []
 
 
