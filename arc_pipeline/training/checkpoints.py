@@ -44,6 +44,9 @@ _NOT_IN_FINGERPRINT = {
     "vllm_server_gpu_memory_utilization",
     "vllm_server_timeout_s",
     "stop_grace_s",
+    # how the loss's gradient is computed, not what it is (and left out, checkpoints written before the field
+    # existed still match)
+    "backward_chunk_tokens",
 }
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
 _WHOLE_FILE_BYTES = 4 << 20  # files up to this size are hashed whole; larger ones (weights) sampled

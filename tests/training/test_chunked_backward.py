@@ -146,6 +146,16 @@ def test_plan_chunks_gives_equal_chunks_within_the_budget():
     assert plan_chunks(10, [], 30) == []
 
 
+def test_chunks_leave_the_run_fingerprint_alone(tiny_model, refinement_dataset):
+    """Switching chunks on or off resumes the run's checkpoints, also those written before the option existed."""
+    from arc_pipeline.training.checkpoints import run_fingerprint
+
+    dataset = refinement_dataset(2)
+    whole = run_fingerprint(config(), dataset, tiny_model)
+    assert run_fingerprint(config(backward_chunk_tokens=4096), dataset, tiny_model) == whole
+    assert "backward_chunk_tokens" not in whole["config"]
+
+
 def test_unsloth_and_chunks_are_refused():
     with pytest.raises(ValueError, match="backward_chunk_tokens"):
         TrainConfig(backend="unsloth", backward_chunk_tokens=4096)
