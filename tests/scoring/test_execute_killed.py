@@ -32,6 +32,18 @@ def write_inputs(folder, n: int) -> None:
     write_table(predictions_table(rows), folder / "predictions.parquet", PREDICTIONS_SCHEMA)
 
 
+def spawned_children(pid: int) -> list[psutil.Process]:
+    """The process's descendants started by multiprocessing's spawn (the scoring pool's workers)."""
+    found = []
+    for child in psutil.Process(pid).children(recursive=True):
+        try:
+            if "multiprocessing.spawn" in " ".join(child.cmdline()):
+                found.append(child)
+        except psutil.NoSuchProcess:  # a short-lived child (a sandbox helper) ended, or is a zombie, as we looked
+            continue
+    return found
+
+
 def test_no_scoring_worker_outlives_a_killed_execute_stage(tmp_path):
     write_inputs(tmp_path, 40)
     config = {"workers": 1, "timeout_s": 2.0, "chunk_size": 2, "scoring_workers": 1, "progress": False}
@@ -46,8 +58,7 @@ def test_no_scoring_worker_outlives_a_killed_execute_stage(tmp_path):
     pool: list[psutil.Process] = []
     while not pool:  # the pool starts with the first chunk's scoring
         assert stage.poll() is None and time.monotonic() < deadline, "the stage ended before its pool started"
-        children = psutil.Process(stage.pid).children(recursive=True)
-        pool = [child for child in children if "multiprocessing.spawn" in " ".join(child.cmdline())]
+        pool = spawned_children(stage.pid)
         time.sleep(0.05)
     stage.send_signal(signal.SIGKILL)
     stage.wait()
