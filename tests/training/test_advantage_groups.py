@@ -14,6 +14,7 @@ import pytest
 from arc_pipeline.models.folder import load_tokenizer
 from arc_pipeline.training.config import TrainConfig
 from arc_pipeline.training.grpo import grpo_arguments, load_refinement_dataset
+from tests.training.training_helpers import grpo_trainer
 
 pytestmark = pytest.mark.slow
 
@@ -47,22 +48,7 @@ def config(**overrides) -> TrainConfig:
 
 def first_generation_batch(train_config: TrainConfig, tiny_model, dataset_path, tmp_path):
     """The trainer's first generation batch (sampler order) and the advantages TRL computes for it."""
-    from transformers import AutoModelForCausalLM
-    from trl import GRPOTrainer
-
-    from arc_pipeline.training.grpo import lora_config
-
-    tokenizer = load_tokenizer(tiny_model)
-    tokenizer.padding_side = "left"
-    dataset, _ = load_refinement_dataset(dataset_path, tokenizer, train_config)
-    trainer = GRPOTrainer(
-        model=AutoModelForCausalLM.from_pretrained(str(tiny_model)),
-        reward_funcs=[SyntheticReward()],
-        args=grpo_arguments(train_config, tmp_path / "run", [1.0]),
-        train_dataset=dataset,
-        processing_class=tokenizer,
-        peft_config=lora_config(train_config),
-    )
+    trainer, dataset = grpo_trainer(train_config, tiny_model, dataset_path, tmp_path / "run", SyntheticReward())
     assert trainer.args.generation_batch_size == 32
     indexes = list(iter(trainer._get_train_sampler()))[:32]
     rows = [dataset[i] for i in indexes]

@@ -11,10 +11,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from arc_pipeline.models.folder import load_tokenizer
 from arc_pipeline.training.chunked_backward import ChunkedBackward, chunk_weights, plan_chunks
 from arc_pipeline.training.config import TrainConfig
-from arc_pipeline.training.grpo import grpo_arguments, load_refinement_dataset
+from tests.training.training_helpers import grpo_trainer
 
 pytestmark = pytest.mark.slow
 
@@ -51,23 +50,8 @@ def config(**overrides) -> TrainConfig:
 
 
 def trainer_and_micro_batch(train_config: TrainConfig, tiny_model, dataset_path, tmp_path):
-    from transformers import AutoModelForCausalLM
-    from trl import GRPOTrainer
-
-    from arc_pipeline.training.grpo import lora_config
-
     torch.manual_seed(0)
-    tokenizer = load_tokenizer(tiny_model)
-    tokenizer.padding_side = "left"
-    dataset, _ = load_refinement_dataset(dataset_path, tokenizer, train_config)
-    trainer = GRPOTrainer(
-        model=AutoModelForCausalLM.from_pretrained(str(tiny_model)),
-        reward_funcs=[VaryingReward()],
-        args=grpo_arguments(train_config, tmp_path / "run", [1.0]),
-        train_dataset=dataset,
-        processing_class=tokenizer,
-        peft_config=lora_config(train_config),
-    )
+    trainer, dataset = grpo_trainer(train_config, tiny_model, dataset_path, tmp_path / "run", VaryingReward())
     rows = [dataset[i] for i in list(iter(trainer._get_train_sampler()))[: trainer.args.generation_batch_size]]
     batch = trainer._generate_and_score_completions(rows)
     assert batch["completion_ids"].shape == (8, 8)  # a random model never ends: all full length

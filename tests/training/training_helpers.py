@@ -55,6 +55,29 @@ def refinement_rows(tokenizer, n_rows: int) -> list[dict]:
     return [dict(example, prediction_id=f"recolor/{i}") for i in range(n_rows)]
 
 
+def grpo_trainer(train_config, tiny_model: Path, dataset_path: Path, run_dir: Path, reward):
+    """``(trainer, dataset)``: TRL's GRPOTrainer as the stage builds it (LoRA, left padding, the stage's GRPO
+    arguments) on the tiny model, with ``reward`` as its one reward function. Not trained."""
+    from transformers import AutoModelForCausalLM
+    from trl import GRPOTrainer
+
+    from arc_pipeline.models.folder import load_tokenizer
+    from arc_pipeline.training.grpo import grpo_arguments, load_refinement_dataset, lora_config
+
+    tokenizer = load_tokenizer(tiny_model)
+    tokenizer.padding_side = "left"
+    dataset, _ = load_refinement_dataset(dataset_path, tokenizer, train_config)
+    trainer = GRPOTrainer(
+        model=AutoModelForCausalLM.from_pretrained(str(tiny_model)),
+        reward_funcs=[reward],
+        args=grpo_arguments(train_config, run_dir, [1.0]),
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        peft_config=lora_config(train_config),
+    )
+    return trainer, dataset
+
+
 # ------------------------------------------------ the train stage as a process (preemption, data parallel)
 
 #: Four short GRPO steps; no checkpoint of the run's own before the end, so the one a test finds after
