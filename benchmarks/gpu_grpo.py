@@ -44,6 +44,8 @@ BASE_SETTINGS: dict[str, Any] = {
 }
 VARIANTS: dict[str, dict[str, Any]] = {
     "baseline": {},
+    # before the shared prompt forward: every completion's row runs with its whole prompt
+    "unshared": {"share_prompt_forward": False},
     # the engine frees its weights and KV cache while the policy trains, so it can take more while it samples
     "sleep-0.5": {"vllm_enable_sleep_mode": True, "vllm_gpu_memory_utilization": 0.5},
     "vllm-0.45": {"vllm_gpu_memory_utilization": 0.45},
@@ -157,21 +159,42 @@ def summarize(work: Path, name: str, prompt_tokens: float) -> dict[str, Any] | N
         return float(measured[column].mean()) if column in measured.columns else float("nan")
 
     completions = config["num_generations"] * config["task_repeats"]
-    tokens = completions * (prompt_tokens + mean("completions/mean_length"))
-    # LoRA: forward 2N, input-gradient backward 2N, recomputation 2N with checkpointing, reference forward 2N.
-    # Chunks (backward_chunk_tokens) skip the recomputation of completions that fit the budget (all the same here)
+    completion = mean("completions/mean_length")
+    tokens = completions * (prompt_tokens + completion)
+    # Tokens through the model. With the shared prompt forward (all completions of a step answer one task here)
+    # the prompt runs once per micro-batch, or once per chunk of the chunked backward, and once per step for the
+    # reference; the completions run from the prompt's last token on. A chunk of one row runs whole.
+    micro_batches = config["gradient_accumulation_steps"]
+    rows = config.get("per_device_train_batch_size") or completions // micro_batches
     chunk_budget = config.get("backward_chunk_tokens")
-    recomputed = config["gradient_checkpointing"] and (
-        chunk_budget is None or chunk_budget < prompt_tokens + mean("completions/mean_length")
-    )
-    flop_per_token = PARAMETERS_8B * (4 + 2 * recomputed + 2 * (config["beta"] > 0))
+    shared = config.get("share_prompt_forward", False) and config["backend"] == "trl"
+    full_row = prompt_tokens + completion
+    if chunk_budget is None:
+        per_chunk = rows
+    elif shared:
+        per_chunk = max(1, min(rows, int((chunk_budget - prompt_tokens) // (completion + 1))))
+    else:
+        per_chunk = max(1, min(rows, int(chunk_budget // full_row)))
+    if shared and per_chunk > 1:
+        chunk_pass = prompt_tokens + per_chunk * (completion + 1)
+        train_tokens = micro_batches * -(-rows // per_chunk) * prompt_tokens + completions * (completion + 1)
+    else:
+        chunk_pass = per_chunk * full_row
+        train_tokens = tokens
+    reference_tokens = prompt_tokens + completions * (completion + 1) if shared else tokens
+    # LoRA: forward 2N, input-gradient backward 2N, recomputation 2N with checkpointing, reference forward 2N.
+    # Chunks (backward_chunk_tokens) skip the recomputation of the chunks that fit the budget (all alike here)
+    recomputed = config["gradient_checkpointing"] and (chunk_budget is None or chunk_budget < chunk_pass)
+    train_flop = train_tokens * PARAMETERS_8B * (4 + 2 * recomputed)
+    reference_flop = reference_tokens * PARAMETERS_8B * 2 * (config["beta"] > 0)
     row = {"variant": name, "steps measured": measured.height}
     row.update({f"{phase} (s)": mean(f"time/{phase}") for phase in PHASES})
     row["tokens / step"] = tokens
+    row["model tokens / step (train)"] = train_tokens
     row["model TFLOP/s (train+logprobs)"] = (
-        tokens * flop_per_token / (mean("time/train") + mean("time/logprobs")) / 1e12
+        (train_flop + reference_flop) / (mean("time/train") + mean("time/logprobs")) / 1e12
     )
-    row["model TFLOP/s (step)"] = tokens * flop_per_token / mean("time/step") / 1e12
+    row["model TFLOP/s (step)"] = (train_flop + reference_flop) / mean("time/step") / 1e12
     row["peak allocated (GiB)"] = (
         float(measured["memory/peak_allocated_gib"].max())
         if "memory/peak_allocated_gib" in measured.columns

@@ -47,6 +47,7 @@ _NOT_IN_FINGERPRINT = {
     # how the loss's gradient is computed, not what it is (and left out, checkpoints written before the field
     # existed still match)
     "backward_chunk_tokens",
+    "share_prompt_forward",
 }
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
 _WHOLE_FILE_BYTES = 4 << 20  # files up to this size are hashed whole; larger ones (weights) sampled

@@ -8,6 +8,8 @@ into chunks of equally many completions, as many as keep every chunk within that
 trimmed per chunk); each chunk runs forward and backward without checkpointing, and a single completion longer
 than the budget runs alone with checkpointing. In a data-parallel run all processes use the smallest number of
 completions per chunk among them, because TRL gathers per-completion metrics inside each loss computation.
+With ``train.share_prompt_forward`` a chunk of several completions of one prompt runs that prompt once
+(arc_pipeline/training/shared_prompt.py), and the budget counts it once.
 
 The loss is unchanged: each chunk's loss is weighted so that the sum is TRL's loss of the whole micro-batch,
 whose normalisation depends on the loss type (``bnpo`` divides by the micro-batch's tokens, ``grpo`` averages
@@ -37,16 +39,25 @@ PER_SEQUENCE_OF_MICRO_BATCH = frozenset({"grpo", "sapo", "dr_grpo", "luspo"})
 PER_TOKEN_OF_GENERATION_BATCH = frozenset({"dapo", "cispo", "vespo"})
 
 
+def chunk_tokens(prompt_width: int, rows: int, completion_width: int, shared_prompt: bool) -> int:
+    """Tokens of a chunk's forward pass: its rows times (prompt + completion), or with a shared prompt
+    (train.share_prompt_forward) the prompt once plus each row's completion."""
+    if shared_prompt and rows > 1:
+        return prompt_width + rows * (completion_width + 1)
+    return rows * (prompt_width + completion_width)
+
+
 def plan_chunks(
     prompt_width: int,
     completion_lengths: list[int],
     token_budget: int,
     agree: Callable[[int], int] = lambda rows: rows,
+    shared_prompt: bool = False,
 ) -> list[tuple[int, int]]:
     """Consecutive ``(start, stop)`` rows of a micro-batch, the same number in each chunk (the last may hold fewer).
 
-    A chunk's tokens are its rows times (prompt width + its longest completion), the shape of its forward
-    pass once the completion padding beyond its longest row is trimmed. The rows per chunk are the most for
+    A chunk's tokens are those of its forward pass once the completion padding beyond its longest row is
+    trimmed (:func:`chunk_tokens`). The rows per chunk are the most for
     which every chunk stays within ``token_budget``, and at least one: a row over the budget on its own is a
     chunk of one (it runs with checkpointing). ``agree`` turns this process's number into the one all
     processes of a data-parallel run use (their minimum): TRL gathers per-completion metrics inside every
@@ -56,7 +67,9 @@ def plan_chunks(
 
     def fits(size: int) -> bool:
         blocks = (completion_lengths[start : start + size] for start in range(0, rows, size))
-        return all(len(block) * (prompt_width + max(block)) <= token_budget for block in blocks)
+        return all(
+            chunk_tokens(prompt_width, len(block), max(block), shared_prompt) <= token_budget for block in blocks
+        )
 
     size = agree(next((size for size in range(rows, 1, -1) if fits(size)), 1))
     return [(start, min(start + size, rows)) for start in range(0, rows, size)]
@@ -115,8 +128,9 @@ def without_checkpointing(model: Any) -> Iterator[None]:
 class ChunkedBackward:
     """Replaces a TRL ``GRPOTrainer``'s ``compute_loss`` (instance attribute) with the chunked one."""
 
-    def __init__(self, token_budget: int) -> None:
+    def __init__(self, token_budget: int, shared_prompt: bool = False) -> None:
         self.token_budget = token_budget
+        self.shared_prompt = shared_prompt  # the micro-batch's rows share their prompt's pass (shared_prompt.py)
         self.trainer: Any = None
         self._compute_loss: Callable[..., Any] | None = None
 
@@ -144,7 +158,7 @@ class ChunkedBackward:
             mask = mask * inputs["tool_mask"]
         lengths = _completion_lengths(inputs["completion_mask"])
         prompt_width = int(inputs["prompt_ids"].shape[1])
-        chunks = plan_chunks(prompt_width, lengths, self.token_budget, self._agree)
+        chunks = plan_chunks(prompt_width, lengths, self.token_budget, self._agree, self._shares(inputs))
         weights = chunk_weights(self.trainer.loss_type, mask, chunks)
         params = [parameter for parameter in model.parameters() if parameter.requires_grad]
         kept: list[torch.Tensor | None] = [None] * len(params)
@@ -152,7 +166,7 @@ class ChunkedBackward:
         for index, ((start, stop), weight) in enumerate(zip(chunks, weights, strict=True)):
             width = max(1, *lengths[start:stop])
             part = chunk_inputs(inputs, start, stop, width)
-            tokens = (stop - start) * (prompt_width + width)
+            tokens = chunk_tokens(prompt_width, stop - start, width, self._shares(inputs))
             last = index == len(chunks) - 1
             sync = contextlib.nullcontext() if last else self.trainer.accelerator.no_sync(model)
             # a row over the budget on its own keeps the model's checkpointing (if it has it on)
@@ -172,6 +186,14 @@ class ChunkedBackward:
             surrogate = torch.stack(carried).sum()
             loss = loss + (surrogate - surrogate.detach())
         return loss if earlier is None else loss + earlier
+
+    def _shares(self, inputs: dict[str, Any]) -> bool:
+        """Whether the micro-batch's rows all share one prompt's pass (then a chunk holds the prompt once)."""
+        if not self.shared_prompt:
+            return False
+        from arc_pipeline.training.shared_prompt import prompt_groups
+
+        return len(prompt_groups(inputs["prompt_ids"], inputs["prompt_mask"])) == 1
 
     def _agree(self, rows_per_chunk: int) -> int:
         """The smallest rows-per-chunk of all processes (a data-parallel run); this process's alone otherwise."""

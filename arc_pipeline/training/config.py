@@ -114,6 +114,14 @@ class TrainConfig(BaseModel):
         "about 6.6 MiB of activations per token at the 8B shape (benchmarks/README.md). None = the whole "
         "micro-batch in one pass",
     )
+    share_prompt_forward: bool = Field(
+        True,
+        description="completions of one prompt share its forward pass: the prompt runs once per group and its "
+        "keys and values are attended to by every completion, for the policy's forward and backward and the "
+        "reference log-probs (arc_pipeline/training/shared_prompt.py). The same log-probs and gradients up to "
+        "rounding; in the presets a step's 32 completions answer one task, so 51k of a full-length step's 84k "
+        "tokens are prompt. Backend trl (unsloth computes its own log-probs)",
+    )
     seed: int = Field(42, description="seed of adapter initialisation, data order and sampling")
 
     # ---- LoRA (published run: rank 1, rsLoRA, alpha 64, all attention and MLP projections)

@@ -200,6 +200,7 @@ def train(
     from arc_pipeline.training.phases import PhaseTimer
     from arc_pipeline.training.preemption import CheckpointOnSigterm
     from arc_pipeline.training.rewards import ArcReward, soft_overlong_penalty
+    from arc_pipeline.training.shared_prompt import SharedPromptForward
 
     output = Path(output)
     checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir is not None else default_checkpoint_dir(output)
@@ -248,8 +249,11 @@ def train(
             **({"rollout_func": rollout} if rollout is not None else {}),
         )
         trainer.add_callback(CheckpointOnSigterm())  # SIGTERM (preemption): checkpoint, then stop
+        if config.share_prompt_forward and config.backend == "trl":
+            SharedPromptForward().attach(trainer)
         if config.backward_chunk_tokens is not None:
-            ChunkedBackward(config.backward_chunk_tokens).attach(trainer)
+            shared = config.share_prompt_forward and config.backend == "trl"
+            ChunkedBackward(config.backward_chunk_tokens, shared_prompt=shared).attach(trainer)
         phases.attach(trainer)
         trainer.train(resume_from_checkpoint=str(resume) if resume else None)
     if trainer.is_world_process_zero():

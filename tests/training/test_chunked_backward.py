@@ -128,6 +128,10 @@ def test_plan_chunks_gives_equal_chunks_within_the_budget():
     # a data-parallel run uses the smallest number of rows per chunk of all processes
     assert plan_chunks(10, [5, 5, 5, 5], 60, agree=lambda rows: min(rows, 1)) == [(0, 1), (1, 2), (2, 3), (3, 4)]
     assert plan_chunks(10, [], 30) == []
+    # rows sharing their prompt's pass (train.share_prompt_forward): the prompt counts once per chunk
+    assert plan_chunks(10, [5, 5, 5, 5], 22) == [(0, 1), (1, 2), (2, 3), (3, 4)]
+    assert plan_chunks(10, [5, 5, 5, 5], 22, shared_prompt=True) == [(0, 2), (2, 4)]
+    assert plan_chunks(10, [5, 5, 5, 5], 34, shared_prompt=True) == [(0, 4)]
 
 
 def test_chunks_leave_the_run_fingerprint_alone(tiny_model, refinement_dataset):

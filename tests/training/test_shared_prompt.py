@@ -1,0 +1,208 @@
+"""The shared prompt forward (train.share_prompt_forward) gives TRL's own log-probs, entropies and gradients.
+
+TRL's ``_get_per_token_logps_and_entropies`` on a real GRPOTrainer (tiny random Llama with a LoRA) is the
+reference; the shared one must equal it on a batch of several prompts of different lengths (left padded, as
+TRL pads them) whose completions have different lengths (right padded), and it must actually run each group's
+prompt once (the tokens the model embeds are counted).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from arc_pipeline.training.config import TrainConfig
+from arc_pipeline.training.shared_prompt import SharedPromptForward, left_padding, prompt_groups
+from tests.training.test_chunked_backward import VaryingReward, config, loss_and_gradient, trainer_and_micro_batch
+from tests.training.training_helpers import grpo_trainer
+
+pytestmark = pytest.mark.slow
+
+# (prompt length, completion lengths of its rows); rows of the prompts interleaved in the batch
+PROMPTS = [(7, [5, 2, 6]), (4, [6, 1]), (9, [3])]
+WIDTH, COMPLETION = 9, 6
+
+
+def mixed_batch(vocab: int) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
+    """``(input_ids, attention_mask, prompt of each row)``: prompts left padded to WIDTH, completions right
+    padded to COMPLETION, rows ordered 0, 1, 2, 0, 1, 0 by prompt."""
+    generator = torch.Generator().manual_seed(0)
+    prompts = [torch.randint(3, vocab, (length,), generator=generator) for length, _ in PROMPTS]
+    order = [0, 1, 2, 0, 1, 0]
+    left = {index: list(lengths) for index, (_, lengths) in enumerate(PROMPTS)}
+    ids, masks = [], []
+    for index in order:
+        prompt = prompts[index]
+        length = left[index].pop(0)
+        completion = torch.randint(3, vocab, (COMPLETION,), generator=generator)
+        padding = WIDTH - prompt.shape[0]
+        ids.append(torch.cat([torch.zeros(padding, dtype=torch.long), prompt, completion]))
+        masks.append(
+            torch.cat(
+                [
+                    torch.zeros(padding),
+                    torch.ones(prompt.shape[0]),
+                    torch.ones(length),
+                    torch.zeros(COMPLETION - length),
+                ]
+            )
+        )
+    return torch.stack(ids), torch.stack(masks).long(), order
+
+
+def embedded_tokens(model) -> list[int]:
+    """A list that grows by the tokens of every forward pass through the model's input embeddings."""
+    counted: list[int] = []
+    model.get_input_embeddings().register_forward_hook(lambda module, args, out: counted.append(args[0].numel()))
+    return counted
+
+
+def logps_entropies_gradient(trainer, input_ids, attention_mask, **kwargs):
+    model = trainer.model
+    model.zero_grad(set_to_none=True)
+    logps, entropies, _ = trainer._get_per_token_logps_and_entropies(
+        model, input_ids, attention_mask, COMPLETION, compute_entropy=True, **kwargs
+    )
+    mask = attention_mask[:, -COMPLETION:]
+    # a loss that weighs every position differently, through log-probs and entropies
+    weights = torch.linspace(-1.0, 1.0, mask.numel()).reshape(mask.shape)
+    ((logps * weights * mask).sum() + 0.1 * (entropies * mask).sum()).backward()
+    grads = torch.cat([p.grad.flatten() for p in model.parameters() if p.requires_grad and p.grad is not None])
+    return (logps * mask).detach(), (entropies * mask).detach(), grads
+
+
+@pytest.mark.parametrize("checkpointed", [False, True])
+def test_shared_prompts_give_trls_logps_entropies_and_gradient(checkpointed, tiny_model, refinement_dataset, tmp_path):
+    train_config = config(gradient_checkpointing=checkpointed, temperature=0.7)
+    trainer, _ = trainer_and_micro_batch(train_config, tiny_model, refinement_dataset(2), tmp_path)
+    input_ids, attention_mask, order = mixed_batch(trainer.model.config.vocab_size)
+    counted = embedded_tokens(trainer.model)
+    reference = logps_entropies_gradient(trainer, input_ids, attention_mask)
+    assert sum(counted) == input_ids.numel()  # TRL: every row whole, padding included
+    assert reference[2].abs().sum() > 0
+
+    SharedPromptForward().attach(trainer)
+    counted.clear()
+    shared = logps_entropies_gradient(trainer, input_ids, attention_mask)
+
+    # each prompt of several rows once (less its last token), then its rows from the prompt's last token on;
+    # the prompt of one row goes to TRL's computation whole
+    prompt_passes = [length - 1 for length, rows in PROMPTS if len(rows) > 1]
+    completion_passes = [len(rows) * (1 + COMPLETION) for _, rows in PROMPTS if len(rows) > 1]
+    alone = [len(rows) * (WIDTH + COMPLETION) for _, rows in PROMPTS if len(rows) == 1]
+    # (checkpointing replays decoder layers, not the embeddings: the count is the same with it)
+    assert sorted(counted) == sorted([*prompt_passes, *completion_passes, *alone])
+    for name, ours, theirs in zip(("log-probs", "entropies"), shared[:2], reference[:2], strict=True):
+        torch.testing.assert_close(ours, theirs, rtol=1e-4, atol=1e-5, msg=lambda text, n=name: f"{n}: {text}")
+    torch.testing.assert_close(shared[2], reference[2], rtol=1e-4, atol=1e-5 * float(reference[2].abs().max()))
+    # the layers' own setting is back after the passes
+    assert all("_can_checkpoint_with_cache" not in vars(m) for m in trainer.model.modules())
+    assert order == [0, 1, 2, 0, 1, 0]
+
+
+@pytest.mark.parametrize("checkpointed", [False, True])
+@pytest.mark.parametrize("chunks", [None, "pairs"])
+def test_micro_batch_loss_gradient_and_reference_are_trls(
+    checkpointed, chunks, tiny_model, refinement_dataset, tmp_path
+):
+    """A real micro-batch (8 completions of one prompt): the reference log-probs TRL computes while scoring, then
+    the loss and LoRA gradient of compute_loss, with and without the chunked backward on top."""
+    from arc_pipeline.training.chunked_backward import ChunkedBackward
+
+    train_config = config(loss_type="bnpo", gradient_checkpointing=checkpointed)
+    trainer, batch = trainer_and_micro_batch(train_config, tiny_model, refinement_dataset(2), tmp_path)
+    reference_loss, reference_grad = loss_and_gradient(trainer, batch)
+
+    shared = SharedPromptForward().attach(trainer)
+    calls = []
+    group = shared._group
+    shared._group = lambda *args: calls.append(args[1].shape[0]) or group(*args)
+    if chunks:
+        ChunkedBackward(2 * (batch["prompt_ids"].shape[1] + 8)).attach(trainer)
+    loss, grad = loss_and_gradient(trainer, batch)
+    # all 8 rows through the shared path: one group, or one per chunk of two
+    assert calls == ([2, 2, 2, 2] if chunks else [8])
+    assert loss == pytest.approx(reference_loss, rel=1e-5, abs=1e-7)
+    torch.testing.assert_close(grad, reference_grad, rtol=1e-4, atol=1e-5 * float(reference_grad.abs().max()))
+
+
+def test_reference_log_probs_while_scoring_are_trls(tiny_model, refinement_dataset, tmp_path):
+    """beta > 0: the reference model's log-probs (LoRA disabled) of a generation batch, shared against TRL's."""
+    dataset_path = refinement_dataset(2)
+    batches = []
+    for share in (False, True):
+        torch.manual_seed(0)
+        trainer, dataset = grpo_trainer(config(), tiny_model, dataset_path, tmp_path / f"run{share}", VaryingReward())
+        if share:
+            SharedPromptForward().attach(trainer)
+        rows = [dataset[i] for i in list(iter(trainer._get_train_sampler()))[: trainer.args.generation_batch_size]]
+        batches.append(trainer._generate_and_score_completions(rows))
+    whole, shared = batches
+    assert torch.equal(whole["completion_ids"], shared["completion_ids"])
+    mask = whole["completion_mask"]
+    torch.testing.assert_close(
+        shared["ref_per_token_logps"] * mask, whole["ref_per_token_logps"] * mask, rtol=1e-4, atol=1e-5
+    )
+
+
+def test_prompt_groups_and_padding():
+    ids = torch.tensor([[0, 5, 6], [7, 5, 6], [0, 5, 6], [9, 5, 6]])
+    mask = torch.tensor([[0, 1, 1], [1, 1, 1], [0, 1, 1], [0, 1, 1]])
+    # the first and fourth rows differ only under padding: the same prompt
+    assert prompt_groups(ids, mask) == [[0, 2, 3], [1]]
+    assert left_padding(mask[0]) == 1
+    assert left_padding(mask[1]) == 0
+    assert left_padding(torch.tensor([1, 0, 1])) is None
+
+
+def test_train_with_shared_prompts_learns_what_train_without_learns(
+    tiny_model, refinement_dataset, tmp_path, monkeypatch
+):
+    """The stage's own train(): two optimizer steps with and without sharing end at the same adapter."""
+    from safetensors.torch import load_file
+
+    from arc_pipeline.training.grpo import train
+
+    rows_shared = []
+    group = SharedPromptForward._group
+    monkeypatch.setattr(
+        SharedPromptForward, "_group", lambda self, *args: rows_shared.append(args[1].shape[0]) or group(self, *args)
+    )
+
+    dataset = refinement_dataset(4)
+    adapters = {}
+    for share in (False, True):
+        train_config = config(
+            gradient_accumulation_steps=2,
+            max_steps=2,
+            learning_rate=1e-2,
+            warmup_ratio=0.0,
+            save_steps=100,
+            share_prompt_forward=share,
+        )
+        out = tmp_path / str(share)
+        train(
+            train_config,
+            dataset,
+            tiny_model,
+            out / "adapter",
+            out / "metrics.parquet",
+            extra_rewards=[(VaryingReward(), 1.0)],
+        )
+        adapters[share] = load_file(out / "adapter" / "adapter_model.safetensors")
+        # sharing on: the reference log-probs and both steps' passes went through the shared path
+        assert bool(rows_shared) == share
+    assert any(float(weights.abs().max()) > 0 for key, weights in adapters[False].items() if "lora_B" in key)
+    assert adapters[True].keys() == adapters[False].keys()
+    for key, whole in adapters[False].items():
+        torch.testing.assert_close(adapters[True][key], whole, rtol=1e-4, atol=1e-6)
+
+
+def test_sharing_leaves_the_run_fingerprint_alone(tiny_model, refinement_dataset):
+    from arc_pipeline.training.checkpoints import run_fingerprint
+
+    dataset = refinement_dataset(2)
+    assert run_fingerprint(config(share_prompt_forward=False), dataset, tiny_model) == run_fingerprint(
+        config(), dataset, tiny_model
+    )
+    assert TrainConfig().share_prompt_forward is True
