@@ -158,7 +158,8 @@ class ChunkedBackward:
             mask = mask * inputs["tool_mask"]
         lengths = _completion_lengths(inputs["completion_mask"])
         prompt_width = int(inputs["prompt_ids"].shape[1])
-        chunks = plan_chunks(prompt_width, lengths, self.token_budget, self._agree, self._shares(inputs))
+        shares = self._shares(inputs)
+        chunks = plan_chunks(prompt_width, lengths, self.token_budget, self._agree, shares)
         weights = chunk_weights(self.trainer.loss_type, mask, chunks)
         params = [parameter for parameter in model.parameters() if parameter.requires_grad]
         kept: list[torch.Tensor | None] = [None] * len(params)
@@ -166,7 +167,7 @@ class ChunkedBackward:
         for index, ((start, stop), weight) in enumerate(zip(chunks, weights, strict=True)):
             width = max(1, *lengths[start:stop])
             part = chunk_inputs(inputs, start, stop, width)
-            tokens = chunk_tokens(prompt_width, stop - start, width, self._shares(inputs))
+            tokens = chunk_tokens(prompt_width, stop - start, width, shares)
             last = index == len(chunks) - 1
             sync = contextlib.nullcontext() if last else self.trainer.accelerator.no_sync(model)
             # a row over the budget on its own keeps the model's checkpointing (if it has it on)

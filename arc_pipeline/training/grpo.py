@@ -249,11 +249,11 @@ def train(
             **({"rollout_func": rollout} if rollout is not None else {}),
         )
         trainer.add_callback(CheckpointOnSigterm())  # SIGTERM (preemption): checkpoint, then stop
-        if config.share_prompt_forward and config.backend == "trl":
+        shared_prompt = config.share_prompt_forward and config.backend == "trl"  # unsloth: its own log-probs
+        if shared_prompt:
             SharedPromptForward().attach(trainer)
         if config.backward_chunk_tokens is not None:
-            shared = config.share_prompt_forward and config.backend == "trl"
-            ChunkedBackward(config.backward_chunk_tokens, shared_prompt=shared).attach(trainer)
+            ChunkedBackward(config.backward_chunk_tokens, shared_prompt=shared_prompt).attach(trainer)
         phases.attach(trainer)
         trainer.train(resume_from_checkpoint=str(resume) if resume else None)
     if trainer.is_world_process_zero():

@@ -149,45 +149,48 @@ def test_unsloth_and_chunks_are_refused():
         TrainConfig(backend="unsloth", backward_chunk_tokens=4096)
 
 
-def test_train_with_chunks_learns_what_train_without_learns(tiny_model, refinement_dataset, tmp_path, monkeypatch):
-    """The stage's own train(): two optimizer steps with and without chunks end at the same adapter."""
+def two_step_adapter(tiny_model, dataset, out, **overrides) -> dict[str, torch.Tensor]:
+    """The LoRA weights after two optimizer steps of the stage's own train() (the varying reward added)."""
     from safetensors.torch import load_file
 
-    from arc_pipeline.training import chunked_backward
     from arc_pipeline.training.grpo import train
+
+    train_config = config(
+        gradient_accumulation_steps=2, max_steps=2, learning_rate=1e-2, warmup_ratio=0.0, save_steps=100, **overrides
+    )
+    train(
+        train_config,
+        dataset,
+        tiny_model,
+        out / "adapter",
+        out / "metrics.parquet",
+        extra_rewards=[(VaryingReward(), 1.0)],
+    )
+    return load_file(out / "adapter" / "adapter_model.safetensors")
+
+
+def assert_same_adapter(adapter: dict[str, torch.Tensor], reference: dict[str, torch.Tensor]) -> None:
+    """``reference`` learned something (a LoRA B moved off zero) and ``adapter`` equals it."""
+    assert any(float(weights.abs().max()) > 0 for key, weights in reference.items() if "lora_B" in key)
+    assert adapter.keys() == reference.keys()
+    for key, expected in reference.items():
+        torch.testing.assert_close(adapter[key], expected, rtol=1e-4, atol=1e-6)
+
+
+def test_train_with_chunks_learns_what_train_without_learns(tiny_model, refinement_dataset, tmp_path, monkeypatch):
+    """The stage's own train(): two optimizer steps with and without chunks end at the same adapter."""
+    from arc_pipeline.training import chunked_backward
 
     planned = []
     plan = chunked_backward.plan_chunks
     monkeypatch.setattr(chunked_backward, "plan_chunks", lambda *args: planned.append(plan(*args)) or planned[-1])
 
     dataset = refinement_dataset(4)
-    adapters = {}
-    for name, budget in (("whole", None), ("chunked", 1)):
-        train_config = config(
-            loss_type="bnpo",
-            gradient_accumulation_steps=2,
-            max_steps=2,
-            learning_rate=1e-2,
-            warmup_ratio=0.0,
-            save_steps=100,
-            backward_chunk_tokens=budget,
-        )
-        out = tmp_path / name
-        train(
-            train_config,
-            dataset,
-            tiny_model,
-            out / "adapter",
-            out / "metrics.parquet",
-            extra_rewards=[(VaryingReward(), 1.0)],
-        )
-        adapters[name] = load_file(out / "adapter" / "adapter_model.safetensors")
+    whole = two_step_adapter(tiny_model, dataset, tmp_path / "whole", loss_type="bnpo")
+    chunked = two_step_adapter(tiny_model, dataset, tmp_path / "chunked", loss_type="bnpo", backward_chunk_tokens=1)
     # the chunked run cut each micro-batch of 4 completions into 4 chunks
     assert planned and all(chunks == [(0, 1), (1, 2), (2, 3), (3, 4)] for chunks in planned)
-    assert any(float(weights.abs().max()) > 0 for key, weights in adapters["whole"].items() if "lora_B" in key)
-    assert adapters["chunked"].keys() == adapters["whole"].keys()
-    for key, whole in adapters["whole"].items():
-        torch.testing.assert_close(adapters["chunked"][key], whole, rtol=1e-4, atol=1e-6)
+    assert_same_adapter(chunked, whole)
 
 
 def test_chunks_under_data_parallel_give_the_all_reduced_gradient(tmp_path):

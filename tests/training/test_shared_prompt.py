@@ -13,7 +13,14 @@ import torch
 
 from arc_pipeline.training.config import TrainConfig
 from arc_pipeline.training.shared_prompt import SharedPromptForward, left_padding, prompt_groups
-from tests.training.test_chunked_backward import VaryingReward, config, loss_and_gradient, trainer_and_micro_batch
+from tests.training.test_chunked_backward import (
+    VaryingReward,
+    assert_same_adapter,
+    config,
+    loss_and_gradient,
+    trainer_and_micro_batch,
+    two_step_adapter,
+)
 from tests.training.training_helpers import grpo_trainer
 
 pytestmark = pytest.mark.slow
@@ -23,9 +30,9 @@ PROMPTS = [(7, [5, 2, 6]), (4, [6, 1]), (9, [3])]
 WIDTH, COMPLETION = 9, 6
 
 
-def mixed_batch(vocab: int) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
-    """``(input_ids, attention_mask, prompt of each row)``: prompts left padded to WIDTH, completions right
-    padded to COMPLETION, rows ordered 0, 1, 2, 0, 1, 0 by prompt."""
+def mixed_batch(vocab: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(input_ids, attention_mask)``: prompts left padded to WIDTH, completions right padded to COMPLETION,
+    rows ordered 0, 1, 2, 0, 1, 0 by prompt."""
     generator = torch.Generator().manual_seed(0)
     prompts = [torch.randint(3, vocab, (length,), generator=generator) for length, _ in PROMPTS]
     order = [0, 1, 2, 0, 1, 0]
@@ -47,7 +54,7 @@ def mixed_batch(vocab: int) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
                 ]
             )
         )
-    return torch.stack(ids), torch.stack(masks).long(), order
+    return torch.stack(ids), torch.stack(masks).long()
 
 
 def embedded_tokens(model) -> list[int]:
@@ -75,7 +82,7 @@ def logps_entropies_gradient(trainer, input_ids, attention_mask, **kwargs):
 def test_shared_prompts_give_trls_logps_entropies_and_gradient(checkpointed, tiny_model, refinement_dataset, tmp_path):
     train_config = config(gradient_checkpointing=checkpointed, temperature=0.7)
     trainer, _ = trainer_and_micro_batch(train_config, tiny_model, refinement_dataset(2), tmp_path)
-    input_ids, attention_mask, order = mixed_batch(trainer.model.config.vocab_size)
+    input_ids, attention_mask = mixed_batch(trainer.model.config.vocab_size)
     counted = embedded_tokens(trainer.model)
     reference = logps_entropies_gradient(trainer, input_ids, attention_mask)
     assert sum(counted) == input_ids.numel()  # TRL: every row whole, padding included
@@ -97,7 +104,6 @@ def test_shared_prompts_give_trls_logps_entropies_and_gradient(checkpointed, tin
     torch.testing.assert_close(shared[2], reference[2], rtol=1e-4, atol=1e-5 * float(reference[2].abs().max()))
     # the layers' own setting is back after the passes
     assert all("_can_checkpoint_with_cache" not in vars(m) for m in trainer.model.modules())
-    assert order == [0, 1, 2, 0, 1, 0]
 
 
 @pytest.mark.parametrize("checkpointed", [False, True])
@@ -159,10 +165,6 @@ def test_train_with_shared_prompts_learns_what_train_without_learns(
     tiny_model, refinement_dataset, tmp_path, monkeypatch
 ):
     """The stage's own train(): two optimizer steps with and without sharing end at the same adapter."""
-    from safetensors.torch import load_file
-
-    from arc_pipeline.training.grpo import train
-
     rows_shared = []
     group = SharedPromptForward._group
     monkeypatch.setattr(
@@ -170,32 +172,11 @@ def test_train_with_shared_prompts_learns_what_train_without_learns(
     )
 
     dataset = refinement_dataset(4)
-    adapters = {}
-    for share in (False, True):
-        train_config = config(
-            gradient_accumulation_steps=2,
-            max_steps=2,
-            learning_rate=1e-2,
-            warmup_ratio=0.0,
-            save_steps=100,
-            share_prompt_forward=share,
-        )
-        out = tmp_path / str(share)
-        train(
-            train_config,
-            dataset,
-            tiny_model,
-            out / "adapter",
-            out / "metrics.parquet",
-            extra_rewards=[(VaryingReward(), 1.0)],
-        )
-        adapters[share] = load_file(out / "adapter" / "adapter_model.safetensors")
-        # sharing on: the reference log-probs and both steps' passes went through the shared path
-        assert bool(rows_shared) == share
-    assert any(float(weights.abs().max()) > 0 for key, weights in adapters[False].items() if "lora_B" in key)
-    assert adapters[True].keys() == adapters[False].keys()
-    for key, whole in adapters[False].items():
-        torch.testing.assert_close(adapters[True][key], whole, rtol=1e-4, atol=1e-6)
+    whole = two_step_adapter(tiny_model, dataset, tmp_path / "whole", share_prompt_forward=False)
+    assert not rows_shared
+    shared = two_step_adapter(tiny_model, dataset, tmp_path / "shared", share_prompt_forward=True)
+    assert rows_shared  # the reference log-probs and both steps' passes went through the shared path
+    assert_same_adapter(shared, whole)
 
 
 def test_sharing_leaves_the_run_fingerprint_alone(tiny_model, refinement_dataset):
