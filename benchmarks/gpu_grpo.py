@@ -9,8 +9,9 @@ process (its own CUDA context and colocated vLLM engine), on the same model and 
 * the prompts: refinement prompts of random tasks, about ``--grid-side`` x ``--grid-side`` grids (1.6k tokens
   at side 10, measured on the H100; the smoke preset's refinement prompts are about 2.4k, so use a larger side to
   match them);
-* the settings: ``config/barc-multiturn.yaml``'s train section (LoRA rank 1, 32 completions over 4
-  accumulation steps, colocated vLLM at 0.3, gradient checkpointing, beta 0.02), then each lever on top.
+* the settings (``baseline``): TrainConfig's defaults, which are ``config/barc-multiturn.yaml``'s train section
+  (LoRA rank 1, 32 completions over 4 accumulation steps, colocated vLLM at 0.3, gradient checkpointing, beta
+  0.02) less its ``backward_chunk_tokens: 2100`` (the variant ``chunked-2k``), then each lever on top.
 
 Per variant it prints the mean over the steps after the first (which holds the engine's warm-up) of each
 phase (arc_pipeline/training/phases.py), tokens per step, model TFLOP/s and peak memory:
@@ -58,6 +59,10 @@ VARIANTS: dict[str, dict[str, Any]] = {
     # A micro-batch of 1 changes bnpo's normalisation (per completion instead of per 8): speed only
     "no-ckpt-mb1": {"gradient_checkpointing": False, "gradient_accumulation_steps": 32},
     "no-ckpt-mb2": {"gradient_checkpointing": False, "gradient_accumulation_steps": 16},
+    # with the shared prompt pass once per micro-batch: chunks of one (1.1k) or two (2.1k) full-length
+    # completions without checkpointing
+    "chunked-1k": {"backward_chunk_tokens": 1100},
+    "chunked-2k": {"backward_chunk_tokens": 2100},
     # the same compute with the preset's micro-batch and loss: chunks of at most N tokens without checkpointing
     "chunked-4k": {"backward_chunk_tokens": 4096},
     "chunked-6k": {"backward_chunk_tokens": 6144},
@@ -69,6 +74,14 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "plain-sampler": {"top_p": 1.0, "repetition_penalty": 1.0},
     "unsloth": {"backend": "unsloth"},
 }
+# environment of a variant's process (set before CUDA starts)
+VARIANT_ENVIRONMENT: dict[str, dict[str, str]] = {
+    "chunked-2k-expandable": {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"},
+}
+VARIANTS["chunked-2k-expandable"] = VARIANTS["chunked-2k"]
+# diagnostic: the baseline with its third step under torch.profiler (kernel table in profile.txt)
+VARIANTS["profile"] = {}
+PROFILED_STEP = {"profile": 3}
 PARAMETERS_8B = 8.03e9
 PHASES = ("generation", "weight_sync", "rewards", "logprobs", "prepare_other", "train", "optimizer", "step")
 
@@ -127,6 +140,37 @@ def build_inputs(work: Path, grid_side: int, rows: int) -> dict[str, Any]:
     return inputs
 
 
+def step_profiler(step: int, path: Path) -> Any:
+    """A trainer callback that runs optimizer step ``step`` (generation included) under torch.profiler and writes
+    the operators and CUDA kernels by their own GPU time to ``path``."""
+    import torch
+    from transformers import TrainerCallback
+
+    class StepProfiler(TrainerCallback):
+        profiler: Any = None
+
+        def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            if state.global_step + 1 == step:
+                activities = [torch.profiler.ProfilerActivity.CPU]
+                if torch.cuda.is_available():
+                    activities.append(torch.profiler.ProfilerActivity.CUDA)
+                self.profiler = torch.profiler.profile(activities=activities)
+                self.profiler.__enter__()
+
+        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            if self.profiler is None:
+                return
+            if torch.cuda.is_available():
+                torch.cuda.synchronize()
+            self.profiler.__exit__(None, None, None)
+            sort = "self_cuda_time_total" if torch.cuda.is_available() else "self_cpu_time_total"
+            table = self.profiler.key_averages().table(sort_by=sort, row_limit=60, max_name_column_width=90)
+            path.write_text(table)
+            self.profiler = None
+
+    return StepProfiler()
+
+
 def run_variant(work: Path, name: str, steps: int) -> None:
     """One variant in this process: train, then write its summary beside its metrics."""
     from arc_pipeline.generation.compile_cache import use_compile_cache
@@ -137,8 +181,17 @@ def run_variant(work: Path, name: str, steps: int) -> None:
     inputs = json.loads((work / "inputs.json").read_text())
     out = work / name
     config = TrainConfig(**{**BASE_SETTINGS, "max_steps": steps, **VARIANTS[name]})
+    callbacks = [step_profiler(PROFILED_STEP[name], out / "profile.txt")] if name in PROFILED_STEP else []
     started = time.perf_counter()
-    train(config, inputs["dataset"], inputs["model"], out / "adapter", out / "metrics.parquet", out / "checkpoints")
+    train(
+        config,
+        inputs["dataset"],
+        inputs["model"],
+        out / "adapter",
+        out / "metrics.parquet",
+        out / "checkpoints",
+        callbacks=callbacks,
+    )
     summary = {"seconds": time.perf_counter() - started, "config": config.model_dump(mode="json")}
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
 
@@ -162,30 +215,30 @@ def summarize(work: Path, name: str, prompt_tokens: float) -> dict[str, Any] | N
     completion = mean("completions/mean_length")
     tokens = completions * (prompt_tokens + completion)
     # Tokens through the model. With the shared prompt forward (all completions of a step answer one task here)
-    # the prompt runs once per micro-batch, or once per chunk of the chunked backward, and once per step for the
-    # reference; the completions run from the prompt's last token on. A chunk of one row runs whole.
+    # the prompt runs once per micro-batch (chunks or not) and once per step for the reference; the completions
+    # run from the prompt's last token on.
     micro_batches = config["gradient_accumulation_steps"]
     rows = config.get("per_device_train_batch_size") or completions // micro_batches
     chunk_budget = config.get("backward_chunk_tokens")
     shared = config.get("share_prompt_forward", False) and config["backend"] == "trl"
     full_row = prompt_tokens + completion
-    if chunk_budget is None:
-        per_chunk = rows
-    elif shared:
-        per_chunk = max(1, min(rows, int((chunk_budget - prompt_tokens) // (completion + 1))))
+    if shared:
+        prompt_pass_tokens = micro_batches * prompt_tokens
+        completion_tokens = completions * (completion + 1)
+        train_tokens = prompt_pass_tokens + completion_tokens
+        chunk_pass = (completion + 1) * (rows if chunk_budget is None else max(1, chunk_budget // (completion + 1)))
     else:
-        per_chunk = max(1, min(rows, int(chunk_budget // full_row)))
-    if shared and per_chunk > 1:
-        chunk_pass = prompt_tokens + per_chunk * (completion + 1)
-        train_tokens = micro_batches * -(-rows // per_chunk) * prompt_tokens + completions * (completion + 1)
-    else:
-        chunk_pass = per_chunk * full_row
-        train_tokens = tokens
+        prompt_pass_tokens, completion_tokens, train_tokens = 0.0, tokens, tokens
+        chunk_pass = full_row * (rows if chunk_budget is None else max(1, chunk_budget // full_row))
     reference_tokens = prompt_tokens + completions * (completion + 1) if shared else tokens
     # LoRA: forward 2N, input-gradient backward 2N, recomputation 2N with checkpointing, reference forward 2N.
-    # Chunks (backward_chunk_tokens) skip the recomputation of the chunks that fit the budget (all alike here)
-    recomputed = config["gradient_checkpointing"] and (chunk_budget is None or chunk_budget < chunk_pass)
-    train_flop = train_tokens * PARAMETERS_8B * (4 + 2 * recomputed)
+    # Chunks (backward_chunk_tokens) skip the recomputation of the chunks that fit the budget (all alike here);
+    # the shared prompt's pass keeps the model's checkpointing
+    checkpointing = config["gradient_checkpointing"]
+    chunks_recomputed = checkpointing and (chunk_budget is None or chunk_budget < chunk_pass)
+    train_flop = PARAMETERS_8B * (
+        prompt_pass_tokens * (4 + 2 * checkpointing) + completion_tokens * (4 + 2 * chunks_recomputed)
+    )
     reference_flop = reference_tokens * PARAMETERS_8B * 2 * (config["beta"] > 0)
     row = {"variant": name, "steps measured": measured.height}
     row.update({f"{phase} (s)": mean(f"time/{phase}") for phase in PHASES})
@@ -253,7 +306,10 @@ def main() -> None:
             name,
         ]
         with (args.work / f"{name}.log").open("w") as log:
-            child = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            environment = {**os.environ, **VARIANT_ENVIRONMENT.get(name, {})}
+            child = subprocess.Popen(
+                command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=environment
+            )
             try:
                 status: int | str = child.wait(timeout=args.variant_timeout)
             except subprocess.TimeoutExpired:

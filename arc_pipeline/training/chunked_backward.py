@@ -8,8 +8,11 @@ into chunks of equally many completions, as many as keep every chunk within that
 trimmed per chunk); each chunk runs forward and backward without checkpointing, and a single completion longer
 than the budget runs alone with checkpointing. In a data-parallel run all processes use the smallest number of
 completions per chunk among them, because TRL gathers per-completion metrics inside each loss computation.
-With ``train.share_prompt_forward`` a chunk of several completions of one prompt runs that prompt once
-(arc_pipeline/training/shared_prompt.py), and the budget counts it once.
+With ``train.share_prompt_forward``, a micro-batch whose completions all answer one prompt runs that prompt
+once for all its chunks (arc_pipeline/training/shared_prompt.py): the prompt's pass (checkpointed if the model
+is) leaves keys and values at every layer; each chunk's pass over its completions attends to copies of them cut
+from the graph (leaves), and the gradients that reach those leaves, summed over the chunks, go back through the
+prompt's pass once. The budget then counts the chunk's completions alone.
 
 The loss is unchanged: each chunk's loss is weighted so that the sum is TRL's loss of the whole micro-batch,
 whose normalisation depends on the loss type (``bnpo`` divides by the micro-batch's tokens, ``grpo`` averages
@@ -19,7 +22,9 @@ How the gradients of the chunks meet: every chunk but the last is differentiated
 (``torch.autograd.grad``, under ``no_sync`` in a distributed run) and its gradient kept; the last chunk's loss
 goes back to the trainer with a zero-valued term whose gradient is the kept sum. The trainer's one
 ``backward`` then sees the micro-batch's whole gradient, so gradient-accumulation scaling, mixed precision and
-the data-parallel all-reduce happen once, exactly as without chunks.
+the data-parallel all-reduce happen once, exactly as without chunks. With one shared prompt pass every chunk
+is differentiated here, and the zero-valued term also carries the prompt's keys and values times their
+gradient, so the trainer's backward is the prompt pass's.
 """
 
 from __future__ import annotations
@@ -27,7 +32,10 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from arc_pipeline.training.shared_prompt import PromptPass, SharedPromptForward
 
 log = logging.getLogger(__name__)
 
@@ -40,10 +48,10 @@ PER_TOKEN_OF_GENERATION_BATCH = frozenset({"dapo", "cispo", "vespo"})
 
 
 def chunk_tokens(prompt_width: int, rows: int, completion_width: int, shared_prompt: bool) -> int:
-    """Tokens of a chunk's forward pass: its rows times (prompt + completion), or with a shared prompt
-    (train.share_prompt_forward) the prompt once plus each row's completion."""
-    if shared_prompt and rows > 1:
-        return prompt_width + rows * (completion_width + 1)
+    """Tokens of a chunk's forward pass: its rows times (prompt + completion), or with the micro-batch's one
+    shared prompt pass (train.share_prompt_forward) each row's completion from the prompt's last token on."""
+    if shared_prompt:
+        return rows * (completion_width + 1)
     return rows * (prompt_width + completion_width)
 
 
@@ -128,9 +136,9 @@ def without_checkpointing(model: Any) -> Iterator[None]:
 class ChunkedBackward:
     """Replaces a TRL ``GRPOTrainer``'s ``compute_loss`` (instance attribute) with the chunked one."""
 
-    def __init__(self, token_budget: int, shared_prompt: bool = False) -> None:
+    def __init__(self, token_budget: int, shared_prompt: SharedPromptForward | None = None) -> None:
         self.token_budget = token_budget
-        self.shared_prompt = shared_prompt  # the micro-batch's rows share their prompt's pass (shared_prompt.py)
+        self.shared_prompt = shared_prompt  # the trainer's shared prompt forward (shared_prompt.py), if attached
         self.trainer: Any = None
         self._compute_loss: Callable[..., Any] | None = None
 
@@ -158,16 +166,18 @@ class ChunkedBackward:
             mask = mask * inputs["tool_mask"]
         lengths = _completion_lengths(inputs["completion_mask"])
         prompt_width = int(inputs["prompt_ids"].shape[1])
-        shares = self._shares(inputs)
-        chunks = plan_chunks(prompt_width, lengths, self.token_budget, self._agree, shares)
+        prompt = self._shared_prompt_pass(model, inputs)
+        chunks = plan_chunks(prompt_width, lengths, self.token_budget, self._agree, prompt is not None)
         weights = chunk_weights(self.trainer.loss_type, mask, chunks)
+        if prompt is not None:
+            return self._over_one_prompt_pass(model, inputs, prompt, chunks, weights, lengths, args, kwargs)
         params = [parameter for parameter in model.parameters() if parameter.requires_grad]
         kept: list[torch.Tensor | None] = [None] * len(params)
         earlier = None  # the loss values of the chunks before the last (no graph)
         for index, ((start, stop), weight) in enumerate(zip(chunks, weights, strict=True)):
             width = max(1, *lengths[start:stop])
             part = chunk_inputs(inputs, start, stop, width)
-            tokens = chunk_tokens(prompt_width, stop - start, width, shares)
+            tokens = chunk_tokens(prompt_width, stop - start, width, False)
             last = index == len(chunks) - 1
             sync = contextlib.nullcontext() if last else self.trainer.accelerator.no_sync(model)
             # a row over the budget on its own keeps the model's checkpointing (if it has it on)
@@ -188,13 +198,65 @@ class ChunkedBackward:
             loss = loss + (surrogate - surrogate.detach())
         return loss if earlier is None else loss + earlier
 
-    def _shares(self, inputs: dict[str, Any]) -> bool:
-        """Whether the micro-batch's rows all share one prompt's pass (then a chunk holds the prompt once)."""
-        if not self.shared_prompt:
-            return False
+    def _shared_prompt_pass(self, model: Any, inputs: dict[str, Any]) -> PromptPass | None:
+        """The pass of the one prompt all rows of the micro-batch answer, run now for all chunks; None when the
+        rows answer several prompts or the shared prompt forward is off."""
+        if self.shared_prompt is None or int(inputs["prompt_ids"].shape[0]) < 2:
+            return None
         from arc_pipeline.training.shared_prompt import prompt_groups
 
-        return len(prompt_groups(inputs["prompt_ids"], inputs["prompt_mask"])) == 1
+        if len(prompt_groups(inputs["prompt_ids"], inputs["prompt_mask"])) != 1:
+            return None
+        return self.shared_prompt.prompt_pass(model, inputs["prompt_ids"][:1], inputs["prompt_mask"][:1])
+
+    def _over_one_prompt_pass(
+        self,
+        model: Any,
+        inputs: dict[str, Any],
+        prompt: PromptPass,
+        chunks: list[tuple[int, int]],
+        weights: list[float],
+        lengths: list[int],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> Any:
+        """Every chunk against the leaves of ``prompt``'s keys and values, differentiated here; the returned loss
+        carries the chunks' gradient and, through the prompt's keys and values, the prompt pass's."""
+        import torch
+
+        assert self._compute_loss is not None and self.shared_prompt is not None
+        leaves = prompt.leaves()
+        params = [parameter for parameter in model.parameters() if parameter.requires_grad]
+        states = [
+            (graph, leaf)
+            for graph, leaf in zip(prompt.keys + prompt.values, leaves.keys + leaves.values, strict=True)
+            if leaf.requires_grad
+        ]
+        targets = params + [leaf for _, leaf in states]
+        kept: list[torch.Tensor | None] = [None] * len(targets)
+        total = None
+        with self.shared_prompt.reusing(leaves), self.trainer.accelerator.no_sync(model):
+            for (start, stop), weight in zip(chunks, weights, strict=True):
+                width = max(1, *lengths[start:stop])
+                part = chunk_inputs(inputs, start, stop, width)
+                fits = chunk_tokens(0, stop - start, width, True) <= self.token_budget
+                with without_checkpointing(model) if fits else contextlib.nullcontext():
+                    loss = self._compute_loss(model, part, *args, **kwargs) * weight
+                    grads = torch.autograd.grad(loss, targets, allow_unused=True)
+                for i, grad in enumerate(grads):
+                    if grad is not None:
+                        summand = grad.float() if i >= len(params) else grad  # keys and values summed in float32
+                        kept[i] = summand if kept[i] is None else kept[i] + summand
+                total = loss.detach() if total is None else total + loss.detach()
+        carried = [(parameter * grad).sum() for parameter, grad in zip(params, kept, strict=False) if grad is not None]
+        for (graph, _), grad in zip(states, kept[len(params) :], strict=True):
+            if grad is not None:
+                carried.append((graph.float() * grad).sum())
+        if not carried:
+            return total
+        # zero in value; its gradient is the chunks' on the parameters and, through the prompt pass, the prompt's
+        surrogate = torch.stack(carried).sum()
+        return total + (surrogate - surrogate.detach())
 
     def _agree(self, rows_per_chunk: int) -> int:
         """The smallest rows-per-chunk of all processes (a data-parallel run); this process's alone otherwise."""

@@ -249,9 +249,9 @@ def train(
             **({"rollout_func": rollout} if rollout is not None else {}),
         )
         trainer.add_callback(CheckpointOnSigterm())  # SIGTERM (preemption): checkpoint, then stop
-        shared_prompt = config.share_prompt_forward and config.backend == "trl"  # unsloth: its own log-probs
-        if shared_prompt:
-            SharedPromptForward().attach(trainer)
+        shared_prompt = None
+        if config.share_prompt_forward and config.backend == "trl":  # unsloth: its own log-probs
+            shared_prompt = SharedPromptForward().attach(trainer)
         if config.backward_chunk_tokens is not None:
             ChunkedBackward(config.backward_chunk_tokens, shared_prompt=shared_prompt).attach(trainer)
         phases.attach(trainer)

@@ -19,6 +19,19 @@ of a layer would write a growing cache twice. The two caches here never grow (th
 + new states and stores nothing; the prompt pass's cache overwrites what it recorded), so a replay is harmless
 and the layers may keep them for these passes (``_can_checkpoint_with_cache``). Reentrant checkpointing would
 run the prompt pass without a graph and cut the prefix's gradient off, so it is refused.
+
+Attention: a pass over completions attends to the prompt's keys and values and, causally, to its own: the
+causal mask aligned to the bottom right of the (completion x prompt + completion) score matrix. When every
+completion of the group is right padded (TRL's layout) that mask is the whole story, padding tokens come after
+every real one, and the pass calls PyTorch's attention with ``causal_lower_right`` and grouped-query heads, which
+runs FlashAttention on a GPU. The ``sdpa`` attention function of transformers is replaced once by one that does
+so when the pass asks for it (``shared_prompt_causal=True``, a keyword that reaches every layer's attention and
+is kept for a checkpointed layer's replay) and is transformers' own otherwise. A group with any other mask keeps
+the explicit mask (PyTorch's memory-efficient attention), as before.
+
+Chunks of one micro-batch (train.backward_chunk_tokens, arc_pipeline/training/chunked_backward.py) share one
+prompt pass: :meth:`SharedPromptForward.prompt_pass` runs it once and :meth:`SharedPromptForward.reusing` hands
+its keys and values to every chunk's pass over completions.
 """
 
 from __future__ import annotations
@@ -26,6 +39,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -68,6 +82,35 @@ def left_padding(prompt_mask_row: Any) -> int | None:
     return padding if torch.equal(prompt_mask_row, expected) else None
 
 
+@dataclass
+class PromptPass:
+    """A prompt's pass (the prompt less its last token, at TRL's positions), kept for several passes over its
+    completions: the tokens it ran and, per decoder layer, the keys and values it left."""
+
+    prefix_ids: Any  # (1, tokens)
+    prompt_width: int  # the padded prompt's columns (TRL's positions count the padding)
+    keys: list[Any]
+    values: list[Any]
+
+    def serves(self, prefix_ids: Any, prompt_width: int) -> bool:
+        import torch
+
+        return (
+            prompt_width == self.prompt_width
+            and prefix_ids.shape == self.prefix_ids.shape
+            and bool(torch.equal(prefix_ids, self.prefix_ids))
+        )
+
+    def leaves(self) -> PromptPass:
+        """The same keys and values cut from the prompt's graph, as leaves that collect their own gradient."""
+        return PromptPass(
+            self.prefix_ids,
+            self.prompt_width,
+            [key.detach().requires_grad_(key.requires_grad) for key in self.keys],
+            [value.detach().requires_grad_(value.requires_grad) for value in self.values],
+        )
+
+
 def _cache_classes() -> tuple[type, type, type]:
     """transformers' Cache with two layer kinds that never grow (built on first use: transformers is heavy)."""
     import torch
@@ -103,6 +146,114 @@ def _cache_classes() -> tuple[type, type, type]:
     return Cache, PromptRecordingLayer, PrefixLayer
 
 
+SHARED_PROMPT_CAUSAL = "shared_prompt_causal"  # the keyword a pass gives the model to ask for the attention below
+
+
+def use_shared_prompt_attention() -> None:
+    """transformers' ``sdpa`` attention, plus the bottom-right causal attention of passes that ask for it."""
+    from transformers import AttentionInterface
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    current = AttentionInterface._global_mapping["sdpa"]
+    if getattr(current, "asks_for", None) == SHARED_PROMPT_CAUSAL:
+        return
+    AttentionInterface.register("sdpa", _with_shared_prompt_attention(sdpa_attention_forward))
+
+
+def _with_shared_prompt_attention(transformers_sdpa: Callable[..., Any]) -> Callable[..., Any]:
+    def attention(
+        module: Any,
+        query: Any,
+        key: Any,
+        value: Any,
+        attention_mask: Any,
+        dropout: float = 0.0,
+        scaling: float | None = None,
+        **kwargs: Any,
+    ) -> tuple[Any, None]:
+        if not kwargs.pop(SHARED_PROMPT_CAUSAL, False):
+            return transformers_sdpa(module, query, key, value, attention_mask, dropout, scaling, **kwargs)
+        return bottom_right_causal_attention(module, query, key, value, dropout, scaling), None
+
+    attention.asks_for = SHARED_PROMPT_CAUSAL  # type: ignore[attr-defined]
+    return attention
+
+
+def bottom_right_causal_attention(
+    module: Any, query: Any, key: Any, value: Any, dropout: float, scaling: float | None
+) -> Any:
+    """Queries (the last ``query.shape[2]`` positions) attend to every key up to their own position; output in
+    transformers' layout (batch, tokens, heads, head size). Grouped-query heads go to the kernel as they are
+    when FlashAttention takes them, and are repeated for the memory-efficient kernel otherwise."""
+    import torch
+    from torch.nn.attention.bias import causal_lower_right
+    from transformers.integrations.sdpa_attention import repeat_kv
+
+    groups = int(getattr(module, "num_key_value_groups", 1))
+    grouped = groups > 1
+    if grouped and not _flash_takes_grouped_heads(query, key, value):
+        key, value, grouped = repeat_kv(key, groups), repeat_kv(value, groups), False
+    output = torch.nn.functional.scaled_dot_product_attention(
+        query,
+        key,
+        value,
+        attn_mask=causal_lower_right(query.shape[2], key.shape[2]),
+        dropout_p=dropout if module.training else 0.0,
+        scale=scaling,
+        enable_gqa=grouped,
+    )
+    return output.transpose(1, 2).contiguous()
+
+
+def _flash_takes_grouped_heads(query: Any, key: Any, value: Any) -> bool:
+    if not query.is_cuda:
+        return False
+    from torch.backends.cuda import SDPAParams, can_use_flash_attention
+
+    return bool(can_use_flash_attention(SDPAParams(query, key, value, None, 0.0, False, True)))
+
+
+def bottom_right_attention_holds(device: Any, dtype: Any, head_dim: int, groups: int) -> bool:
+    """Whether :func:`bottom_right_causal_attention` on this device and dtype (whichever kernel PyTorch picks)
+    equals attention with an explicit bottom-right causal mask, on a small random case (a few milliseconds)."""
+    import torch
+
+    generator = torch.Generator().manual_seed(0)
+    heads, queries, keys = 2 * groups, 5, 9
+
+    def sample(*shape: int) -> Any:
+        return torch.randn(*shape, generator=generator).to(device=device, dtype=dtype)
+
+    query, key, value = sample(2, heads, queries, head_dim), sample(2, 2, keys, head_dim), sample(2, 2, keys, head_dim)
+    module = type("Attention", (), {"num_key_value_groups": groups, "training": False})()
+    with torch.no_grad():
+        output = bottom_right_causal_attention(module, query, key, value, 0.0, None).float()
+        mask = torch.ones(queries, keys, dtype=torch.bool, device=device).tril(diagonal=keys - queries)
+        expected = torch.nn.functional.scaled_dot_product_attention(
+            query.float(),
+            key.float().repeat_interleave(groups, dim=1),
+            value.float().repeat_interleave(groups, dim=1),
+            attn_mask=mask,
+        ).transpose(1, 2)
+    tolerance = 1e-4 if dtype == torch.float32 else 3e-2
+    return bool(torch.allclose(output, expected, atol=tolerance, rtol=tolerance))
+
+
+def _attention_of(model: Any) -> str | None:
+    """The model's attention implementation (through a data-parallel wrapper)."""
+    config = getattr(getattr(model, "module", model), "config", None)
+    return getattr(config, "_attn_implementation", None)
+
+
+def right_padded(mask: Any) -> bool:
+    """Whether every row of a (rows x tokens) mask is ones, then zeros."""
+    import torch
+
+    lengths = mask.sum(dim=1, keepdim=True)
+    expected = torch.arange(mask.shape[1], device=mask.device).unsqueeze(0) < lengths
+    return bool(torch.equal(mask.bool(), expected))
+
+
 @contextlib.contextmanager
 def layers_keep_the_cache(model: Any) -> Iterator[None]:
     """Checkpointed layers keep the (non-growing) caches of these passes, then as they were."""
@@ -127,6 +278,8 @@ class SharedPromptForward:
     def __init__(self) -> None:
         self.trainer: Any = None
         self._original: Callable[..., Any] | None = None
+        self._reused: PromptPass | None = None  # a prompt pass that serves its group instead of a new one
+        self._bottom_right = False  # the bottom-right causal attention checked on the model's device and dtype
 
     def attach(self, trainer: Any) -> SharedPromptForward:
         from transformers.modeling_layers import GradientCheckpointingLayer
@@ -142,11 +295,35 @@ class SharedPromptForward:
                 "share_prompt_forward: reentrant gradient checkpointing runs the shared prompt without a graph; "
                 "set train.share_prompt_forward false or use non-reentrant checkpointing"
             )
+        use_shared_prompt_attention()
+        self._bottom_right = self._check_attention(trainer)
         self.trainer = trainer
         self._original = trainer._get_per_token_logps_and_entropies
         trainer._get_per_token_logps_and_entropies = self.logps_and_entropies
         log.info("completions of one prompt share its forward pass (train.share_prompt_forward)")
         return self
+
+    @staticmethod
+    def _check_attention(trainer: Any) -> bool:
+        import torch
+
+        config = trainer.model.config
+        heads = getattr(config, "num_attention_heads", None)
+        if getattr(config, "_attn_implementation", None) != "sdpa" or not heads:
+            return False
+        parameter = next(trainer.model.parameters())
+        dtype = torch.bfloat16 if trainer.args.bf16 else torch.float16 if trainer.args.fp16 else parameter.dtype
+        head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+        groups = heads // (getattr(config, "num_key_value_heads", None) or heads)
+        if bottom_right_attention_holds(parameter.device, dtype, head_dim, groups):
+            return True
+        log.warning(
+            "share_prompt_forward: PyTorch's bottom-right causal attention does not match an explicit mask on %s "
+            "(%s); the shared passes keep the explicit mask (slower)",
+            parameter.device,
+            dtype,
+        )
+        return False
 
     def logps_and_entropies(
         self,
@@ -180,14 +357,17 @@ class SharedPromptForward:
         if compute_aux_loss or any(multimodal.get(key) is not None for key in _MULTIMODAL_KEYS) or prompt_width < 2:
             return trl()
         groups = prompt_groups(input_ids[:, :prompt_width], attention_mask[:, :prompt_width])
-        if all(len(rows) == 1 for rows in groups):
+        if self._reused is None and all(len(rows) == 1 for rows in groups):
             return trl()
         logps: list[Any] = []
         entropies: list[Any] = []
         order: list[int] = []
         for rows in groups:
             padding = left_padding(attention_mask[rows[0], :prompt_width])
-            if padding is None or prompt_width - padding < 2 or len(rows) == 1:
+            reused = self._reused is not None and padding is not None
+            if reused:
+                reused = self._reused.serves(input_ids[rows[0] : rows[0] + 1, padding : prompt_width - 1], prompt_width)
+            if not reused and (padding is None or prompt_width - padding < 2 or len(rows) == 1):
                 group_logps, group_entropies, _ = trl(rows)
             else:
                 group_logps, group_entropies = self._group(
@@ -203,6 +383,46 @@ class SharedPromptForward:
             None,
         )
 
+    def prompt_pass(self, model: Any, prompt_ids: Any, prompt_mask: Any) -> PromptPass | None:
+        """The pass of one left-padded prompt (a row of ``prompt_ids``/``prompt_mask``), in the autograd graph
+        when gradients are on; None for a prompt the shared path does not take (not left padded, or too short)."""
+        import torch
+
+        prompt_width = int(prompt_ids.shape[1])
+        padding = left_padding(prompt_mask[0])
+        if padding is None or prompt_width - padding < 2:
+            return None
+        prefix = prompt_ids[:1, padding : prompt_width - 1]
+        positions = torch.arange(padding, prompt_width - 1, device=prompt_ids.device).unsqueeze(0)
+        with layers_keep_the_cache(model):
+            keys, values = self._run_prompt(model, prefix, positions)
+        return PromptPass(prefix, prompt_width, keys, values)
+
+    @contextlib.contextmanager
+    def reusing(self, prompt: PromptPass) -> Iterator[None]:
+        """Passes over completions of ``prompt``'s prompt attend to its keys and values instead of a new pass."""
+        self._reused = prompt
+        try:
+            yield
+        finally:
+            self._reused = None
+
+    def _run_prompt(self, model: Any, prefix: Any, positions: Any) -> tuple[list[Any], list[Any]]:
+        """Keys and values of every layer after a pass over ``prefix`` (batch 1) at ``positions``."""
+        import torch
+
+        cache_class, recording_layer, _ = _cache_classes()
+        recorder = cache_class(layer_class_to_replicate=recording_layer)
+        with self.trainer.accelerator.autocast():
+            model(
+                input_ids=prefix,
+                position_ids=positions,
+                past_key_values=recorder,
+                labels=torch.full_like(prefix, -100),
+                fused_lm_head=True,
+            )
+        return [layer.keys for layer in recorder.layers], [layer.values for layer in recorder.layers]
+
     def _group(
         self,
         model: Any,
@@ -216,7 +436,7 @@ class SharedPromptForward:
         """Log-probs (and entropies) of the completions of rows that share one prompt starting at ``padding``."""
         import torch
 
-        cache_class, recording_layer, prefix_layer = _cache_classes()
+        cache_class, _, prefix_layer = _cache_classes()
         rows = int(input_ids.shape[0])
         device = input_ids.device
         prefix = input_ids[:1, padding : prompt_width - 1]  # the prompt but its last token
@@ -229,31 +449,32 @@ class SharedPromptForward:
         labels = tail_ids.masked_fill(tail_mask == 0, -100)
         labels[:, 0] = -100
         tail_positions = torch.arange(prompt_width - 1, int(input_ids.shape[1]), device=device).unsqueeze(0)
+        # right-padded completions (TRL's layout): the bottom-right causal mask alone, FlashAttention on a GPU
+        causal_only = self._bottom_right and right_padded(tail_mask) and _attention_of(model) == "sdpa"
         logps, entropies = [], []
         with layers_keep_the_cache(model):
-            recorder = cache_class(layer_class_to_replicate=recording_layer)
-            with self.trainer.accelerator.autocast():
-                model(
-                    input_ids=prefix,
-                    position_ids=prefix_positions,
-                    past_key_values=recorder,
-                    labels=torch.full_like(prefix, -100),
-                    fused_lm_head=True,
-                )
-            prefix_layers = [prefix_layer(layer.keys, layer.values) for layer in recorder.layers]
+            if self._reused is not None and self._reused.serves(prefix, prompt_width):
+                keys, values = self._reused.keys, self._reused.values
+            else:
+                keys, values = self._run_prompt(model, prefix, prefix_positions)
+            prefix_layers = [prefix_layer(key, value) for key, value in zip(keys, values, strict=True)]
             step = batch_size or rows
             for start in range(0, rows, step):
                 stop = min(start + step, rows)
                 cache = cache_class(layers=prefix_layers)
-                mask = torch.cat([tail_mask.new_ones(stop - start, prefix_length), tail_mask[start:stop]], dim=1)
+                if causal_only:
+                    attention: dict[str, Any] = {SHARED_PROMPT_CAUSAL: True}
+                else:
+                    ones = tail_mask.new_ones(stop - start, prefix_length)
+                    attention = {"attention_mask": torch.cat([ones, tail_mask[start:stop]], dim=1)}
                 with self.trainer.accelerator.autocast():
                     outputs = model(
                         input_ids=tail_ids[start:stop],
-                        attention_mask=mask,
                         position_ids=tail_positions.expand(stop - start, -1),
                         past_key_values=cache,
                         labels=labels[start:stop],
                         fused_lm_head=True,
+                        **attention,
                     )
                 logps.append(outputs.log_probs)
                 if compute_entropy:

@@ -128,10 +128,12 @@ def test_plan_chunks_gives_equal_chunks_within_the_budget():
     # a data-parallel run uses the smallest number of rows per chunk of all processes
     assert plan_chunks(10, [5, 5, 5, 5], 60, agree=lambda rows: min(rows, 1)) == [(0, 1), (1, 2), (2, 3), (3, 4)]
     assert plan_chunks(10, [], 30) == []
-    # rows sharing their prompt's pass (train.share_prompt_forward): the prompt counts once per chunk
+    # rows that do not share a prompt pass hold the prompt each
     assert plan_chunks(10, [5, 5, 5, 5], 22) == [(0, 1), (1, 2), (2, 3), (3, 4)]
-    assert plan_chunks(10, [5, 5, 5, 5], 22, shared_prompt=True) == [(0, 2), (2, 4)]
-    assert plan_chunks(10, [5, 5, 5, 5], 34, shared_prompt=True) == [(0, 4)]
+    # one shared prompt pass for the micro-batch: a chunk holds its completions from the prompt's last token on
+    assert plan_chunks(10, [5, 5, 5, 5], 22, shared_prompt=True) == [(0, 3), (3, 4)]
+    assert plan_chunks(10, [5, 5, 5, 5], 24, shared_prompt=True) == [(0, 4)]
+    assert plan_chunks(10, [5, 5, 5, 5], 11, shared_prompt=True) == [(0, 1), (1, 2), (2, 3), (3, 4)]
 
 
 def test_chunks_leave_the_run_fingerprint_alone(tiny_model, refinement_dataset):
@@ -193,20 +195,39 @@ def test_train_with_chunks_learns_what_train_without_learns(tiny_model, refineme
     assert_same_adapter(chunked, whole)
 
 
-def test_chunks_under_data_parallel_give_the_all_reduced_gradient(tmp_path):
-    """Two gloo ranks with DistributedDataParallel: the chunked micro-batch's gradient, all-reduced once by the
-    trainer's backward, equals the whole micro-batch's on every rank (tests/training/ddp_chunks.py)."""
+def spawn_ranks(run_rank, tmp_path) -> list[dict]:
+    """Two gloo ranks of ``run_rank`` (tests/training/ddp_chunks.py); what each saved."""
     import socket
 
     import torch.multiprocessing as mp
-
-    from tests.training.ddp_chunks import run_rank
 
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     mp.spawn(run_rank, args=(2, port, str(tmp_path)), nprocs=2, join=True)
-    ranks = [torch.load(tmp_path / f"rank{rank}.pt") for rank in (0, 1)]
+    return [torch.load(tmp_path / f"rank{rank}.pt") for rank in (0, 1)]
+
+
+def test_shared_prompt_chunks_under_data_parallel_give_the_all_reduced_gradient(tmp_path):
+    """A tiny Llama under DistributedDataParallel, each rank's completions sharing one prompt: chunks over one
+    prompt pass (differentiated under no_sync, the prompt's gradient carried to the trainer's backward) give the
+    whole micro-batch's all-reduced gradient."""
+    from tests.training.ddp_chunks import run_rank_shared
+
+    ranks = spawn_ranks(run_rank_shared, tmp_path)
+    for result in ranks:
+        assert result["whole"].abs().sum() > 0
+        assert result["prompt_passes"] == 1  # one prompt pass for all the chunks of the micro-batch
+        torch.testing.assert_close(result["chunked"], result["whole"], rtol=1e-4, atol=1e-6)
+    torch.testing.assert_close(ranks[0]["whole"], ranks[1]["whole"])
+
+
+def test_chunks_under_data_parallel_give_the_all_reduced_gradient(tmp_path):
+    """Two gloo ranks with DistributedDataParallel: the chunked micro-batch's gradient, all-reduced once by the
+    trainer's backward, equals the whole micro-batch's on every rank (tests/training/ddp_chunks.py)."""
+    from tests.training.ddp_chunks import run_rank
+
+    ranks = spawn_ranks(run_rank, tmp_path)
     for result in ranks:
         assert result["whole"].abs().sum() > 0
         torch.testing.assert_close(result["chunked"], result["whole"], rtol=1e-5, atol=1e-7)

@@ -14,6 +14,7 @@ import torch
 from arc_pipeline.training.config import TrainConfig
 from arc_pipeline.training.shared_prompt import SharedPromptForward, left_padding, prompt_groups
 from tests.training.test_chunked_backward import (
+    COMPLETION_LENGTHS,
     VaryingReward,
     assert_same_adapter,
     config,
@@ -79,18 +80,36 @@ def logps_entropies_gradient(trainer, input_ids, attention_mask, **kwargs):
 
 
 @pytest.mark.parametrize("checkpointed", [False, True])
-def test_shared_prompts_give_trls_logps_entropies_and_gradient(checkpointed, tiny_model, refinement_dataset, tmp_path):
+@pytest.mark.parametrize("hole", [False, True])
+def test_shared_prompts_give_trls_logps_entropies_and_gradient(
+    checkpointed, hole, tiny_model, refinement_dataset, tmp_path, monkeypatch
+):
+    """Right-padded completions take the bottom-right causal attention; a completion mask with a hole in it
+    (not TRL's layout) keeps the explicit mask; both give TRL's numbers."""
+    import arc_pipeline.training.shared_prompt as shared_prompt
+
     train_config = config(gradient_checkpointing=checkpointed, temperature=0.7)
     trainer, _ = trainer_and_micro_batch(train_config, tiny_model, refinement_dataset(2), tmp_path)
     input_ids, attention_mask = mixed_batch(trainer.model.config.vocab_size)
+    if hole:
+        attention_mask[0, WIDTH + 2] = 0  # a prompt of several rows: its group cannot take the causal mask alone
     counted = embedded_tokens(trainer.model)
     reference = logps_entropies_gradient(trainer, input_ids, attention_mask)
     assert sum(counted) == input_ids.numel()  # TRL: every row whole, padding included
     assert reference[2].abs().sum() > 0
 
     SharedPromptForward().attach(trainer)
+    bottom_right = []
+    attention = shared_prompt.bottom_right_causal_attention
+    monkeypatch.setattr(
+        shared_prompt, "bottom_right_causal_attention", lambda *args: bottom_right.append(1) or attention(*args)
+    )
     counted.clear()
     shared = logps_entropies_gradient(trainer, input_ids, attention_mask)
+    # every layer of each group's pass over completions, replayed once more under checkpointing
+    groups = [rows for _, rows in PROMPTS if len(rows) > 1]
+    layers = trainer.model.config.num_hidden_layers
+    assert len(bottom_right) == (len(groups) - hole) * layers * (1 + checkpointed)
 
     # each prompt of several rows once (less its last token), then its rows from the prompt's last token on;
     # the prompt of one row goes to TRL's computation whole
@@ -124,12 +143,49 @@ def test_micro_batch_loss_gradient_and_reference_are_trls(
     group = shared._group
     shared._group = lambda *args: calls.append(args[1].shape[0]) or group(*args)
     if chunks:
-        ChunkedBackward(2 * (batch["prompt_ids"].shape[1] + 8)).attach(trainer)
+        # two completions of at most 8 tokens per chunk, each from the prompt's last token on
+        ChunkedBackward(2 * (8 + 1), shared_prompt=shared).attach(trainer)
+    counted = embedded_tokens(trainer.model)
     loss, grad = loss_and_gradient(trainer, batch)
     # all 8 rows through the shared path: one group, or one per chunk of two
     assert calls == ([2, 2, 2, 2] if chunks else [8])
+    # the prompt (less its last token) runs once for the whole micro-batch, chunks or not; each pass over
+    # completions starts at the prompt's last token and is trimmed to its longest completion
+    width = batch["completion_ids"].shape[1]
+    pairs = [COMPLETION_LENGTHS[i : i + 2] for i in range(0, 8, 2)]
+    completion_passes = [2 * (max(pair) + 1) for pair in pairs] if chunks else [8 * (width + 1)]
+    assert sorted(counted) == sorted([int(batch["prompt_mask"][0].sum()) - 1, *completion_passes])
     assert loss == pytest.approx(reference_loss, rel=1e-5, abs=1e-7)
     torch.testing.assert_close(grad, reference_grad, rtol=1e-4, atol=1e-5 * float(reference_grad.abs().max()))
+
+
+def test_an_attention_kernel_that_does_not_hold_leaves_the_explicit_mask(
+    tiny_model, refinement_dataset, tmp_path, monkeypatch, caplog
+):
+    """The bottom-right causal attention is checked against an explicit mask when the forward is attached; a
+    kernel that computed something else (here: the mask aligned top left) is not used, and the numbers stay TRL's."""
+    import arc_pipeline.training.shared_prompt as shared_prompt
+
+    assert shared_prompt.bottom_right_attention_holds(torch.device("cpu"), torch.float32, 8, 2)
+    trainer, _ = trainer_and_micro_batch(config(), tiny_model, refinement_dataset(2), tmp_path)
+    input_ids, attention_mask = mixed_batch(trainer.model.config.vocab_size)
+    reference = logps_entropies_gradient(trainer, input_ids, attention_mask)
+
+    def top_left(module, query, key, value, dropout, scaling):
+        key, value = (states.repeat_interleave(module.num_key_value_groups, dim=1) for states in (key, value))
+        mask = torch.ones(query.shape[2], key.shape[2], dtype=torch.bool).tril()
+        output = torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=mask, scale=scaling)
+        return output.transpose(1, 2).contiguous()
+
+    monkeypatch.setattr(shared_prompt, "bottom_right_causal_attention", top_left)
+    assert not shared_prompt.bottom_right_attention_holds(torch.device("cpu"), torch.float32, 8, 2)
+    with caplog.at_level("WARNING"):
+        forward = SharedPromptForward().attach(trainer)
+    assert not forward._bottom_right
+    assert "keep the explicit mask" in caplog.text
+    shared = logps_entropies_gradient(trainer, input_ids, attention_mask)
+    torch.testing.assert_close(shared[0], reference[0], rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(shared[2], reference[2], rtol=1e-4, atol=1e-5 * float(reference[2].abs().max()))
 
 
 def test_reference_log_probs_while_scoring_are_trls(tiny_model, refinement_dataset, tmp_path):
