@@ -14,11 +14,8 @@ import torch
 import torch.distributed as dist
 
 from arc_pipeline.training.chunked_backward import ChunkedBackward
-from arc_pipeline.training.shared_prompt import (
-    SharedPromptForward,
-    bottom_right_attention_holds,
-    use_shared_prompt_attention,
-)
+from arc_pipeline.training.prompt_attention import bottom_right_attention_holds, use_shared_prompt_attention
+from arc_pipeline.training.shared_prompt import SharedPromptForward
 
 ROWS, PROMPT, COMPLETION = 4, 3, 6
 

@@ -86,7 +86,7 @@ def test_shared_prompts_give_trls_logps_entropies_and_gradient(
 ):
     """Right-padded completions take the bottom-right causal attention; a completion mask with a hole in it
     (not TRL's layout) keeps the explicit mask; both give TRL's numbers."""
-    import arc_pipeline.training.shared_prompt as shared_prompt
+    import arc_pipeline.training.prompt_attention as prompt_attention
 
     train_config = config(gradient_checkpointing=checkpointed, temperature=0.7)
     trainer, _ = trainer_and_micro_batch(train_config, tiny_model, refinement_dataset(2), tmp_path)
@@ -100,9 +100,9 @@ def test_shared_prompts_give_trls_logps_entropies_and_gradient(
 
     SharedPromptForward().attach(trainer)
     bottom_right = []
-    attention = shared_prompt.bottom_right_causal_attention
+    attention = prompt_attention.bottom_right_causal_attention
     monkeypatch.setattr(
-        shared_prompt, "bottom_right_causal_attention", lambda *args: bottom_right.append(1) or attention(*args)
+        prompt_attention, "bottom_right_causal_attention", lambda *args: bottom_right.append(1) or attention(*args)
     )
     counted.clear()
     shared = logps_entropies_gradient(trainer, input_ids, attention_mask)
@@ -164,9 +164,9 @@ def test_an_attention_kernel_that_does_not_hold_leaves_the_explicit_mask(
 ):
     """The bottom-right causal attention is checked against an explicit mask when the forward is attached; a
     kernel that computed something else (here: the mask aligned top left) is not used, and the numbers stay TRL's."""
-    import arc_pipeline.training.shared_prompt as shared_prompt
+    import arc_pipeline.training.prompt_attention as prompt_attention
 
-    assert shared_prompt.bottom_right_attention_holds(torch.device("cpu"), torch.float32, 8, 2)
+    assert prompt_attention.bottom_right_attention_holds(torch.device("cpu"), torch.float32, 8, 2)
     trainer, _ = trainer_and_micro_batch(config(), tiny_model, refinement_dataset(2), tmp_path)
     input_ids, attention_mask = mixed_batch(trainer.model.config.vocab_size)
     reference = logps_entropies_gradient(trainer, input_ids, attention_mask)
@@ -177,8 +177,8 @@ def test_an_attention_kernel_that_does_not_hold_leaves_the_explicit_mask(
         output = torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=mask, scale=scaling)
         return output.transpose(1, 2).contiguous()
 
-    monkeypatch.setattr(shared_prompt, "bottom_right_causal_attention", top_left)
-    assert not shared_prompt.bottom_right_attention_holds(torch.device("cpu"), torch.float32, 8, 2)
+    monkeypatch.setattr(prompt_attention, "bottom_right_causal_attention", top_left)
+    assert not prompt_attention.bottom_right_attention_holds(torch.device("cpu"), torch.float32, 8, 2)
     with caplog.at_level("WARNING"):
         forward = SharedPromptForward().attach(trainer)
     assert not forward._bottom_right
