@@ -73,14 +73,15 @@ VARIANTS: dict[str, dict[str, Any]] = {
     # diagnostic, not a lever (it changes what is sampled): what top-p and the repetition penalty cost the sampler
     "plain-sampler": {"top_p": 1.0, "repetition_penalty": 1.0},
     "unsloth": {"backend": "unsloth"},
+    # chunked-2k with PyTorch's expandable segments (VARIANT_ENVIRONMENT)
+    "chunked-2k-expandable": {"backward_chunk_tokens": 2100},
+    # diagnostic: the baseline with its third step under torch.profiler (kernel table in profile.txt)
+    "profile": {},
 }
 # environment of a variant's process (set before CUDA starts)
 VARIANT_ENVIRONMENT: dict[str, dict[str, str]] = {
     "chunked-2k-expandable": {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"},
 }
-VARIANTS["chunked-2k-expandable"] = VARIANTS["chunked-2k"]
-# diagnostic: the baseline with its third step under torch.profiler (kernel table in profile.txt)
-VARIANTS["profile"] = {}
 PROFILED_STEP = {"profile": 3}
 PARAMETERS_8B = 8.03e9
 PHASES = ("generation", "weight_sync", "rewards", "logprobs", "prepare_other", "train", "optimizer", "step")

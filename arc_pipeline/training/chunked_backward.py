@@ -187,15 +187,9 @@ class ChunkedBackward:
                 if last:
                     break
                 grads = torch.autograd.grad(loss, params, allow_unused=True)
-            for i, grad in enumerate(grads):
-                if grad is not None:
-                    kept[i] = grad if kept[i] is None else kept[i] + grad
+            _sum_into(kept, grads, float32_from=len(kept))
             earlier = loss.detach() if earlier is None else earlier + loss.detach()
-        carried = [(parameter * grad).sum() for parameter, grad in zip(params, kept, strict=True) if grad is not None]
-        if carried:
-            # zero in value; its gradient is the kept gradient of the earlier chunks
-            surrogate = torch.stack(carried).sum()
-            loss = loss + (surrogate - surrogate.detach())
+        loss = _with_gradient(loss, params, kept)  # the earlier chunks' kept gradient
         return loss if earlier is None else loss + earlier
 
     def _shared_prompt_pass(self, model: Any, inputs: dict[str, Any]) -> PromptPass | None:
@@ -243,20 +237,10 @@ class ChunkedBackward:
                 with without_checkpointing(model) if fits else contextlib.nullcontext():
                     loss = self._compute_loss(model, part, *args, **kwargs) * weight
                     grads = torch.autograd.grad(loss, targets, allow_unused=True)
-                for i, grad in enumerate(grads):
-                    if grad is not None:
-                        summand = grad.float() if i >= len(params) else grad  # keys and values summed in float32
-                        kept[i] = summand if kept[i] is None else kept[i] + summand
+                _sum_into(kept, grads, float32_from=len(params))  # keys and values summed in float32
                 total = loss.detach() if total is None else total + loss.detach()
-        carried = [(parameter * grad).sum() for parameter, grad in zip(params, kept, strict=False) if grad is not None]
-        for (graph, _), grad in zip(states, kept[len(params) :], strict=True):
-            if grad is not None:
-                carried.append((graph.float() * grad).sum())
-        if not carried:
-            return total
-        # zero in value; its gradient is the chunks' on the parameters and, through the prompt pass, the prompt's
-        surrogate = torch.stack(carried).sum()
-        return total + (surrogate - surrogate.detach())
+        # the chunks' gradient on the parameters and, through the prompt pass, the prompt's
+        return _with_gradient(total, params + [graph for graph, _ in states], kept)
 
     def _agree(self, rows_per_chunk: int) -> int:
         """The smallest rows-per-chunk of all processes (a data-parallel run); this process's alone otherwise."""
@@ -267,6 +251,29 @@ class ChunkedBackward:
             return rows_per_chunk
         mine = torch.tensor([rows_per_chunk], device=accelerator.device)
         return int(accelerator.gather(mine).min())
+
+
+def _sum_into(kept: list[Any], grads: tuple[Any, ...], float32_from: int) -> None:
+    """Add each gradient to its running sum in ``kept``, those from index ``float32_from`` on in float32."""
+    for i, grad in enumerate(grads):
+        if grad is not None:
+            summand = grad.float() if i >= float32_from else grad
+            kept[i] = summand if kept[i] is None else kept[i] + summand
+
+
+def _with_gradient(loss: Any, tensors: list[Any], gradients: list[Any]) -> Any:
+    """``loss`` plus a term of value zero whose gradient on each tensor is its gradient (None: no term)."""
+    import torch
+
+    carried = [
+        (tensor.to(gradient.dtype) * gradient).sum()
+        for tensor, gradient in zip(tensors, gradients, strict=True)
+        if gradient is not None
+    ]
+    if not carried:
+        return loss
+    surrogate = torch.stack(carried).sum()
+    return loss + (surrogate - surrogate.detach())
 
 
 def _completion_lengths(completion_mask: Any) -> list[int]:

@@ -85,6 +85,15 @@ def left_padding(prompt_mask_row: Any) -> int | None:
     return padding if torch.equal(prompt_mask_row, expected) else None
 
 
+def _prefix(input_ids: Any, padding: int, prompt_width: int) -> tuple[Any, Any]:
+    """The first row's prompt less its padding and last token (batch 1), and its positions: TRL's, the column
+    index, left padding counted."""
+    import torch
+
+    positions = torch.arange(padding, prompt_width - 1, device=input_ids.device).unsqueeze(0)
+    return input_ids[:1, padding : prompt_width - 1], positions
+
+
 @dataclass
 class PromptPass:
     """A prompt's pass (the prompt less its last token, at TRL's positions), kept for several passes over its
@@ -259,14 +268,22 @@ class SharedPromptForward:
         order: list[int] = []
         for rows in groups:
             padding = left_padding(attention_mask[rows[0], :prompt_width])
-            reused = self._reused is not None and padding is not None
-            if reused:
-                reused = self._reused.serves(input_ids[rows[0] : rows[0] + 1, padding : prompt_width - 1], prompt_width)
-            if not reused and (padding is None or prompt_width - padding < 2 or len(rows) == 1):
+            reused = None
+            if self._reused is not None and padding is not None:
+                prefix, _ = _prefix(input_ids[rows[0] : rows[0] + 1], padding, prompt_width)
+                reused = self._reused if self._reused.serves(prefix, prompt_width) else None
+            if reused is None and (padding is None or prompt_width - padding < 2 or len(rows) == 1):
                 group_logps, group_entropies, _ = trl(rows)
             else:
                 group_logps, group_entropies = self._group(
-                    model, input_ids[rows], attention_mask[rows], prompt_width, padding, batch_size, compute_entropy
+                    model,
+                    input_ids[rows],
+                    attention_mask[rows],
+                    prompt_width,
+                    padding,
+                    batch_size,
+                    compute_entropy,
+                    reused,
                 )
             logps.append(group_logps)
             entropies.append(group_entropies)
@@ -281,14 +298,11 @@ class SharedPromptForward:
     def prompt_pass(self, model: Any, prompt_ids: Any, prompt_mask: Any) -> PromptPass | None:
         """The pass of one left-padded prompt (a row of ``prompt_ids``/``prompt_mask``), in the autograd graph
         when gradients are on; None for a prompt the shared path does not take (not left padded, or too short)."""
-        import torch
-
         prompt_width = int(prompt_ids.shape[1])
         padding = left_padding(prompt_mask[0])
         if padding is None or prompt_width - padding < 2:
             return None
-        prefix = prompt_ids[:1, padding : prompt_width - 1]
-        positions = torch.arange(padding, prompt_width - 1, device=prompt_ids.device).unsqueeze(0)
+        prefix, positions = _prefix(prompt_ids, padding, prompt_width)
         with layers_keep_the_cache(model):
             keys, values = self._run_prompt(model, prefix, positions)
         return PromptPass(prefix, prompt_width, keys, values)
@@ -327,17 +341,17 @@ class SharedPromptForward:
         padding: int,
         batch_size: int | None,
         compute_entropy: bool,
+        reused: PromptPass | None = None,
     ) -> tuple[Any, Any]:
-        """Log-probs (and entropies) of the completions of rows that share one prompt starting at ``padding``."""
+        """Log-probs (and entropies) of the completions of rows that share one prompt starting at ``padding``;
+        their passes attend to ``reused``'s keys and values when given, else to a new pass of the prompt."""
         import torch
 
         cache_class, _, prefix_layer = _cache_classes()
         rows = int(input_ids.shape[0])
         device = input_ids.device
-        prefix = input_ids[:1, padding : prompt_width - 1]  # the prompt but its last token
+        prefix, prefix_positions = _prefix(input_ids, padding, prompt_width)
         prefix_length = int(prefix.shape[1])
-        # TRL's positions: the column index, left padding counted
-        prefix_positions = torch.arange(padding, prompt_width - 1, device=device).unsqueeze(0)
         # the pass over completions starts at the prompt's last token: its output scores the first completion token
         tail_ids = input_ids[:, prompt_width - 1 :]
         tail_mask = attention_mask[:, prompt_width - 1 :]
@@ -348,8 +362,8 @@ class SharedPromptForward:
         causal_only = self._bottom_right and right_padded(tail_mask) and attention_of(model) == "sdpa"
         logps, entropies = [], []
         with layers_keep_the_cache(model):
-            if self._reused is not None and self._reused.serves(prefix, prompt_width):
-                keys, values = self._reused.keys, self._reused.values
+            if reused is not None:
+                keys, values = reused.keys, reused.values
             else:
                 keys, values = self._run_prompt(model, prefix, prefix_positions)
             prefix_layers = [prefix_layer(key, value) for key, value in zip(keys, values, strict=True)]

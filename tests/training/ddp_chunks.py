@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Iterator
 from datetime import timedelta
 from types import SimpleNamespace
 
@@ -62,10 +63,18 @@ def gradient(model, compute_loss, inputs) -> torch.Tensor:
     return torch.cat([p.grad.flatten() for p in model.parameters()])
 
 
-def run_rank(rank: int, world: int, port: int, out: str) -> None:
+@contextlib.contextmanager
+def process_group(rank: int, world: int, port: int) -> Iterator[None]:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timedelta(seconds=60))
     try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
+def run_rank(rank: int, world: int, port: int, out: str) -> None:
+    with process_group(rank, world, port):
         torch.manual_seed(0)  # the same initial weights on every rank
         net = torch.nn.Sequential(torch.nn.Embedding(20, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
         model = torch.nn.parallel.DistributedDataParallel(net)
@@ -83,8 +92,6 @@ def run_rank(rank: int, world: int, port: int, out: str) -> None:
         ChunkedBackward(BUDGET).attach(trainer)
         chunked = gradient(model, trainer.compute_loss, inputs)
         torch.save({"whole": whole, "chunked": chunked}, f"{out}/rank{rank}.pt")
-    finally:
-        dist.destroy_process_group()
 
 
 #: the tiny Llama's micro-batch: every row answers its rank's one prompt (rank 1's left padded)
@@ -143,9 +150,7 @@ def not_trls(*args, **kwargs):
 
 
 def run_rank_shared(rank: int, world: int, port: int, out: str) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timedelta(seconds=60))
-    try:
+    with process_group(rank, world, port):
         model = torch.nn.parallel.DistributedDataParallel(tiny_llama())
         model.train()
         inputs = shared_micro_batch(rank)
@@ -168,5 +173,3 @@ def run_rank_shared(rank: int, world: int, port: int, out: str) -> None:
         shared._run_prompt = lambda *args: prompt_passes.append(1) or run_prompt(*args)
         chunked = gradient(model, trainer.compute_loss, inputs)
         torch.save({"whole": whole, "chunked": chunked, "prompt_passes": len(prompt_passes)}, f"{out}/rank{rank}.pt")
-    finally:
-        dist.destroy_process_group()
