@@ -18,7 +18,7 @@ from arc_pipeline.training.chunked_backward import ChunkedBackward
 from arc_pipeline.training.prompt_attention import bottom_right_attention_holds, use_shared_prompt_attention
 from arc_pipeline.training.shared_prompt import SharedPromptForward
 
-ROWS, PROMPT, COMPLETION = 4, 3, 6
+ROWS, PROMPT, COMPLETION, VOCABULARY = 4, 3, 6, 20
 
 
 def gather(tensor: torch.Tensor) -> torch.Tensor:
@@ -50,8 +50,8 @@ def micro_batch(rank: int) -> dict[str, torch.Tensor]:
     for row, length in enumerate(LENGTHS[rank]):
         mask[row, :length] = 1
     return {
-        "prompt_ids": torch.randint(0, 20, (ROWS, PROMPT), generator=generator),
-        "completion_ids": torch.randint(0, 20, (ROWS, COMPLETION), generator=generator),
+        "prompt_ids": torch.randint(0, VOCABULARY, (ROWS, PROMPT), generator=generator),
+        "completion_ids": torch.randint(0, VOCABULARY, (ROWS, COMPLETION), generator=generator),
         "completion_mask": mask,
         "advantages": torch.randn(ROWS, generator=generator),
     }
@@ -76,7 +76,7 @@ def process_group(rank: int, world: int, port: int) -> Iterator[None]:
 def run_rank(rank: int, world: int, port: int, out: str) -> None:
     with process_group(rank, world, port):
         torch.manual_seed(0)  # the same initial weights on every rank
-        net = torch.nn.Sequential(torch.nn.Embedding(20, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
+        net = torch.nn.Sequential(torch.nn.Embedding(VOCABULARY, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
         model = torch.nn.parallel.DistributedDataParallel(net)
         model.train()
         inputs = micro_batch(rank)
