@@ -63,6 +63,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
     # completions without checkpointing
     "chunked-1k": {"backward_chunk_tokens": 1100},
     "chunked-2k": {"backward_chunk_tokens": 2100},
+    # the same, a second train job started at the same moment on another GPU of the host (each its own rendezvous)
+    "chunked-2k-twin": {"backward_chunk_tokens": 2100},
     # the same compute with the preset's micro-batch and loss: chunks of at most N tokens without checkpointing
     "chunked-4k": {"backward_chunk_tokens": 4096},
     "chunked-6k": {"backward_chunk_tokens": 6144},
@@ -77,6 +79,24 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "chunked-2k-expandable": {"backward_chunk_tokens": 2100},
     # diagnostic: the baseline with its third step under torch.profiler (kernel table in profile.txt)
     "profile": {},
+    # Several GPUs, the preset's chunks: the stage's own launcher (arc_pipeline/training/launch.py) starts the
+    # ranks and the server on the GPUs of CUDA_VISIBLE_DEVICES (docs/multi-gpu.md)
+    "dp-2": {"backward_chunk_tokens": 2100, "training_processes": 2},
+    "dp-4": {"backward_chunk_tokens": 2100, "training_processes": 4},
+    "server-1+1": {"backward_chunk_tokens": 2100, "vllm_mode": "server", "vllm_server_gpus": 1},
+    "server-tp2+2": {
+        "backward_chunk_tokens": 2100,
+        "vllm_mode": "server",
+        "vllm_server_gpus": 2,
+        "vllm_server_tensor_parallel_size": 2,
+        "training_processes": 2,
+    },
+    "server-dp2+2": {
+        "backward_chunk_tokens": 2100,
+        "vllm_mode": "server",
+        "vllm_server_gpus": 2,
+        "training_processes": 2,
+    },
 }
 # environment of a variant's process (set before CUDA starts)
 VARIANT_ENVIRONMENT: dict[str, dict[str, str]] = {
@@ -184,17 +204,91 @@ def run_variant(work: Path, name: str, steps: int) -> None:
     config = TrainConfig(**{**BASE_SETTINGS, "max_steps": steps, **VARIANTS[name]})
     callbacks = [step_profiler(PROFILED_STEP[name], out / "profile.txt")] if name in PROFILED_STEP else []
     started = time.perf_counter()
-    train(
-        config,
-        inputs["dataset"],
-        inputs["model"],
-        out / "adapter",
-        out / "metrics.parquet",
-        out / "checkpoints",
-        callbacks=callbacks,
-    )
-    summary = {"seconds": time.perf_counter() - started, "config": config.model_dump(mode="json")}
+    if config.launched:
+        from arc_pipeline.training.launch import StageFiles, run_launched
+
+        files = StageFiles(
+            Path(inputs["dataset"]),
+            Path(inputs["model"]),
+            out / "adapter",
+            out / "metrics.parquet",
+            out / "checkpoints",
+        )
+        run_launched(config, files)
+    else:
+        train(
+            config,
+            inputs["dataset"],
+            inputs["model"],
+            out / "adapter",
+            out / "metrics.parquet",
+            out / "checkpoints",
+            callbacks=callbacks,
+        )
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    summary = {
+        "seconds": time.perf_counter() - started,
+        "config": config.model_dump(mode="json"),
+        "gpus": visible.split(",") if visible else None,
+    }
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
+
+
+class GpuMemoryTrace:
+    """Every ``interval_s``: the step the variant's metrics reached and each GPU's used memory (nvidia-smi), so
+    that each GPU's memory can be read at the end of step 3 and at the end of the run (gpu-memory.jsonl)."""
+
+    def __init__(self, metrics: Path, path: Path, interval_s: float = 2.0) -> None:
+        import threading
+
+        self.metrics, self.path, self.interval_s = metrics, path, interval_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def __enter__(self) -> GpuMemoryTrace:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _step(self) -> int:
+        import polars as pl
+
+        try:
+            return int(pl.read_parquet(self.metrics)["step"].max() or 0)
+        except Exception:  # not written yet, or being replaced
+            return 0
+
+    def _loop(self) -> None:
+        with self.path.open("w") as out:
+            while not self._stop.wait(self.interval_s):
+                query = ["nvidia-smi", "--query-gpu=index,memory.used", "--format=csv,noheader,nounits"]
+                done = subprocess.run(query, capture_output=True, text=True, check=False)
+                used = {
+                    line.split(",")[0].strip(): float(line.split(",")[1]) / 1024 for line in done.stdout.splitlines()
+                }
+                out.write(json.dumps({"time": time.time(), "step": self._step(), "used_gib": used}) + "\n")
+                out.flush()
+
+
+def gpu_memory_rows(path: Path, gpus: list[str]) -> dict[str, str]:
+    """Per GPU of the variant: used GiB at the end of step 3 -> at the end of the run (its last sample)."""
+    if not path.is_file():
+        return {}
+    samples = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    after_third = [sample for sample in samples if sample["step"] >= 3]
+    if not after_third:
+        return {}
+    first, last = after_third[0], after_third[-1]
+    return {
+        f"GPU {gpu} used, step 3 -> step {last['step']} (GiB)": (
+            f"{first['used_gib'][gpu]:.1f} -> {last['used_gib'][gpu]:.1f}"
+        )
+        for gpu in gpus
+        if gpu in first["used_gib"]
+    }
 
 
 def summarize(work: Path, name: str, prompt_tokens: float) -> dict[str, Any] | None:
@@ -260,16 +354,21 @@ def summarize(work: Path, name: str, prompt_tokens: float) -> dict[str, Any] | N
         else float("nan")
     )
     row["host peak (GiB)"] = mean("memory/host_peak_gib")
+    if "memory/reserved_gib" in wide.columns and wide.height >= 3:
+        reserved = wide.filter(pl.col("step") >= 3)["memory/reserved_gib"].to_list()
+        row["rank 0 reserved, step 3 -> last (GiB)"] = f"{reserved[0]:.1f} -> {reserved[-1]:.1f}"
     row["run incl. start (s)"] = summary["seconds"]
+    row.update(gpu_memory_rows(out / "gpu-memory.jsonl", summary.get("gpus") or []))
     return row
 
 
 def print_table(rows: list[dict[str, Any]]) -> None:
-    names = list(rows[0])[1:]
+    names = list(dict.fromkeys(name for row in rows for name in row if name != "variant"))
     print("| metric | " + " | ".join(row["variant"] for row in rows) + " |")
     print("|---|" + "---:|" * len(rows))
     for name in names:
-        cells = [f"{row[name]:.1f}" if isinstance(row[name], float) else str(row[name]) for row in rows]
+        values = [row.get(name, "") for row in rows]
+        cells = [f"{value:.1f}" if isinstance(value, float) else str(value) for value in values]
         print(f"| {name} | " + " | ".join(cells) + " |")
 
 
@@ -311,8 +410,11 @@ def main() -> None:
             child = subprocess.Popen(
                 command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=environment
             )
+            trace = GpuMemoryTrace(args.work / name / "metrics.parquet", args.work / name / "gpu-memory.jsonl")
+            (args.work / name).mkdir(parents=True, exist_ok=True)
             try:
-                status: int | str = child.wait(timeout=args.variant_timeout)
+                with trace:
+                    status: int | str = child.wait(timeout=args.variant_timeout)
             except subprocess.TimeoutExpired:
                 os.killpg(child.pid, signal.SIGKILL)  # the variant and its sandbox workers
                 child.wait()

@@ -69,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     server = None
     if args.vllm_server_port is not None:
-        from arc_pipeline.training.launch import HOST
+        from arc_pipeline.training.ports import HOST
 
         if args.vllm_group_port is None:
             raise PipelineError("train: --vllm-server-port needs --vllm-group-port")

@@ -38,6 +38,7 @@ from arc_pipeline.training.checkpoints import (
     run_fingerprint,
 )
 from arc_pipeline.training.config import TrainConfig
+from arc_pipeline.training.ports import claim_rendezvous_port
 from arc_pipeline.training.trainer_args import VllmServer, grpo_arguments, lora_config
 
 log = logging.getLogger(__name__)
@@ -201,6 +202,7 @@ def train(
     from arc_pipeline.training.preemption import CheckpointOnSigterm
     from arc_pipeline.training.rewards import ArcReward, soft_overlong_penalty
     from arc_pipeline.training.shared_prompt import SharedPromptForward
+    from arc_pipeline.training.weight_sync import release_stranded_sync_buffers
 
     output = Path(output)
     checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir is not None else default_checkpoint_dir(output)
@@ -213,6 +215,7 @@ def train(
         resume, finished = prepare_run(config, dataset_path, model_dir, output, metrics_path, checkpoint_dir)
         if finished is not None:
             return finished
+        claim_rendezvous_port()  # the colocated vLLM engine's group: a port of its own, never TRL's fixed 29500
     model, tokenizer, peft_config = load_model(config, model_dir)
     dataset, dataset_counts = load_refinement_dataset(dataset_path, tokenizer, config)
     guard = CollapseGuard(config.collapse_guard)
@@ -254,6 +257,7 @@ def train(
             shared_prompt = SharedPromptForward().attach(trainer)
         if config.backward_chunk_tokens is not None:
             ChunkedBackward(config.backward_chunk_tokens, shared_prompt=shared_prompt).attach(trainer)
+        release_stranded_sync_buffers(trainer)  # server mode with vLLM < the fix of its issue 52950
         phases.attach(trainer)
         trainer.train(resume_from_checkpoint=str(resume) if resume else None)
     if trainer.is_world_process_zero():

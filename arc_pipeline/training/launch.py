@@ -20,12 +20,10 @@ command; it gets the same arguments): a site's own wrapper, or a test's stand-in
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
 import shlex
-import socket
 import sys
 import tempfile
 import time
@@ -39,13 +37,13 @@ from arc_pipeline.cli import RANK_ERRORS_VARIABLE
 from arc_pipeline.errors import PipelineError
 from arc_pipeline.training.config import TrainConfig
 from arc_pipeline.training.grpo import SUMMARY_FILE, prepare_run
+from arc_pipeline.training.ports import HOST, free_ports
 from arc_pipeline.training.processes import StageStopped, Supervisor
 from arc_pipeline.training.trainer_args import VllmServer
 
 log = logging.getLogger(__name__)
 
 SERVE_COMMAND_VARIABLE = "ARC_PIPELINE_VLLM_SERVE_COMMAND"
-HOST = "127.0.0.1"  # every process of the job runs on one machine
 SERVER = "vLLM server"
 RANKS = "training processes"
 
@@ -95,15 +93,6 @@ def place(config: TrainConfig, gpus: list[str] | None) -> Placement:
             "(cluster.gpu) or lower these"
         )
     return Placement(gpus[:server] or None, gpus[server : server + config.training_processes])
-
-
-def free_ports(count: int) -> list[int]:
-    """``count`` distinct ports free on this machine now (all sockets held until all are chosen)."""
-    with contextlib.ExitStack() as stack:
-        sockets = [stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) for _ in range(count)]
-        for sock in sockets:
-            sock.bind((HOST, 0))
-        return [sock.getsockname()[1] for sock in sockets]
 
 
 def server_command(config: TrainConfig, model_dir: Path, port: int, extra: Sequence[str] = ()) -> list[str]:

@@ -16,7 +16,8 @@ and ``benchmarks/gpu_grpo.py`` averaged over each logging window like TRL's own 
 =================  =====================================================================================
 
 Plus ``memory/peak_allocated_gib`` (the PyTorch allocator's peak during the step, vLLM's colocated
-allocations included), ``memory/device_used_gib`` (what the whole device has in use at the step's end) and
+allocations included), ``memory/reserved_gib`` (what the allocator holds at the step's end, cached blocks
+included), ``memory/device_used_gib`` (what the whole device has in use at the step's end) and
 ``memory/host_peak_gib`` (the process's peak resident memory). On a GPU the clock is read after
 ``torch.cuda.synchronize()``, so queued kernels are counted in the phase that launched them.
 """
@@ -133,6 +134,7 @@ class PhaseTimer(TrainerCallback):
 
             free, total = torch.cuda.mem_get_info()
             memory[f"{MEMORY_METRIC_PREFIX}peak_allocated_gib"] = torch.cuda.max_memory_allocated() / gib
+            memory[f"{MEMORY_METRIC_PREFIX}reserved_gib"] = torch.cuda.memory_reserved() / gib
             memory[f"{MEMORY_METRIC_PREFIX}device_used_gib"] = (total - free) / gib
         return memory
 

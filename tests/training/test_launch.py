@@ -21,7 +21,8 @@ import pytest
 
 from arc_pipeline.errors import PipelineError
 from arc_pipeline.training.config import TrainConfig
-from arc_pipeline.training.launch import SERVE_COMMAND_VARIABLE, free_ports, place, server_command
+from arc_pipeline.training.launch import SERVE_COMMAND_VARIABLE, place, server_command
+from arc_pipeline.training.ports import free_ports
 
 SERVER_CONFIG = {
     "use_cpu": False,
