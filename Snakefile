@@ -41,5 +41,5 @@ if not workflow.remote_exec:
     from arc_pipeline.report_home import write_home
 
     workflow.report(
-        str(write_home(config, Path(workflow.basedir), USER_CONFIG, Path(".snakemake/arc-pipeline/report-home.rst")))
+        str(write_home(WORKFLOW, Path(workflow.basedir), USER_CONFIG, Path(".snakemake/arc-pipeline/report-home.rst")))
     )  # the `report:` keyword

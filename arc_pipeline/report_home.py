@@ -1,8 +1,9 @@
 """The home page of ``snakemake --report``: what ran (preset, model, adapter, dates, code, machine).
 
 Snakemake renders the workflow description with only the config at hand, so the Snakefile writes this
-text to a file when it is parsed (``.snakemake/arc-pipeline/report-home.rst``) from what the results
-folder records: ``model/base/model.json`` (where the model came from), the adapter's
+text to a file when it is parsed (``.snakemake/arc-pipeline/report-home.rst``) from the run's typed config
+(``WORKFLOW`` of ``rules/common.smk``, a :class:`~arc_pipeline.config.workflow.WorkflowConfig`) and what the
+results folder records: ``model/base/model.json`` (where the model came from), the adapter's
 ``training_summary.json`` (steps, resume, collapse guard), the outputs' dates. The code version and
 machine are those that build the report, and say so: no stage records its machine.
 """
@@ -16,6 +17,11 @@ import platform
 import subprocess
 from pathlib import Path
 from typing import Any
+
+from arc_pipeline.config.workflow import WorkflowConfig
+from arc_pipeline.stages.arc_tasks import ArcTasksConfig
+from arc_pipeline.stages.model import ModelStageConfig
+from arc_pipeline.training.config import TrainConfig
 
 
 def _json(path: Path) -> dict[str, Any]:
@@ -76,56 +82,77 @@ def _dates(results: Path) -> str:
     return f"outputs written {first} to {last}"
 
 
-def render_home(config: dict[str, Any], repo: Path, configfiles: list[str]) -> str:
-    results = Path(config.get("results_dir", "results"))
-    model_info = _json(results / "model" / "base" / "model.json")
-    summary = _json(results / "train" / "adapter" / "training_summary.json")
-    barc, inference, training, evaluation = (config.get(k, {}) for k in ("barc", "inference", "train", "evaluate"))
-    split = barc.get("split", {})
-    model = config.get("model", {})
+def _preset(configfiles: list[str]) -> str:
     files = [f if f.startswith("--config ") else Path(f).name for f in configfiles]
     if not any(not f.startswith("--config ") for f in files):
         files.insert(0, "embedded default (config/config.yaml)")
-    preset = ", ".join(files)
-    if summary:
-        adapter = (
-            f"trained {summary.get('global_step')} steps"
-            + (f", resumed from {Path(summary['resumed_from']).name}" if summary.get("resumed_from") else "")
-            + (
-                f", stopped by the collapse guard, kept {Path(summary.get('kept_checkpoint') or '').name}"
-                if summary.get("stopped_by_guard")
-                else ""
-            )
-        )
+    return ", ".join(files)
+
+
+def _adapter(summary: dict[str, Any], train: TrainConfig) -> str:
+    """What the training summary on disk records (absent before ``train`` ran), then the config's plan."""
+    steps = f"max_steps {train.max_steps}" if train.max_steps > 0 else f"num_train_epochs {train.num_train_epochs:g}"
+    plan = f"{steps}, learning rate {train.learning_rate:g}"
+    if not summary:
+        return f"not trained yet; {plan}"
+    done = f"trained {summary['global_step']} steps" if "global_step" in summary else "trained (steps not recorded)"
+    if summary.get("resumed_from"):
+        done += f", resumed from {Path(summary['resumed_from']).name}"
+    if summary.get("stopped_by_guard"):
+        done += f", stopped by the collapse guard, kept {Path(summary.get('kept_checkpoint') or '').name}"
+    return f"{done}; {plan}"
+
+
+def _model(model_info: dict[str, Any], model: ModelStageConfig) -> str:
+    """``model.json`` once the model stage ran; before that the config (name_or_path means nothing for the
+    built models, tiny and random)."""
+    if model_info.get("name"):
+        text = str(model_info["name"])
+    elif model.source in ("hub", "path"):
+        text = model.name_or_path
     else:
-        adapter = "not trained yet"
-    model_text = model_info.get("name") or model.get("name_or_path") or model.get("source", "?")
+        text = "not built yet"
     if model_info.get("commit"):
-        model_text += f" @ {model_info['commit'][:12]}"
+        text += f" @ {model_info['commit'][:12]}"
+    return f"{text} (source: {model_info.get('source', model.source)})"
+
+
+def _barc(config: WorkflowConfig) -> str:
+    split, inference = config.barc.split, config.inference
+    return (
+        f"{config.barc.download.source}: {split.n_parts} parts x {split.tasks_per_part} tasks, "
+        f"{inference.n_predictions} predictions per task, at most {inference.max_tokens} new tokens"
+    )
+
+
+def _arc_tasks(tasks: ArcTasksConfig) -> str:
+    if tasks.source == "canary":
+        chosen = f"canary held-out tasks ({tasks.canary.tasks}, seed {tasks.canary.seed})"
+    elif tasks.source == "kaggle":
+        chosen = f"Kaggle {Path(tasks.challenges_path or 'challenges').name}"
+    else:
+        chosen = f"ARC {tasks.dataset} {tasks.split}"
+    if tasks.task_ids:
+        chosen += f", {len(tasks.task_ids)} chosen tasks"
+    elif tasks.max_tasks is not None:
+        chosen += f", first {tasks.max_tasks} tasks"
+    return chosen
+
+
+def render_home(config: WorkflowConfig, repo: Path, configfiles: list[str]) -> str:
+    """The page as rst. ``config`` is the typed run (``WORKFLOW`` of ``rules/common.smk``), so a renamed
+    field fails here at once instead of printing a placeholder."""
+    results = Path(config.results_dir)
+    model_info = _json(results / "model" / "base" / "model.json")
+    summary = _json(results / "train" / "adapter" / "training_summary.json")
     rows = [
-        ("preset", preset),
-        ("model", f"{model_text} (source: {model_info.get('source', model.get('source', '?'))})"),
-        (
-            "RL adapter",
-            (
-                f"{adapter}; max_steps {training.get('max_steps', '-')}, "
-                f"learning rate {training.get('learning_rate', '-')}"
-            ),
-        ),
-        (
-            "BARC data",
-            (
-                f"{barc.get('download', {}).get('source', '?')}: {split.get('n_parts', '?')} parts x "
-                f"{split.get('tasks_per_part', '?')} tasks, {inference.get('n_predictions', '?')} predictions "
-                f"per task, at most {inference.get('max_tokens', '?')} new tokens"
-            ),
-        ),
+        ("preset", _preset(configfiles)),
+        ("model", _model(model_info, config.model)),
+        ("RL adapter", _adapter(summary, config.train)),
+        ("BARC data", _barc(config)),
         (
             "evaluation",
-            (
-                f"ARC {config.get('arc', {}).get('dataset', '?')} {config.get('arc', {}).get('split', '')}, "
-                f"{evaluation.get('n_eval', '?')} predictions per task in the baseline"
-            ),
+            f"{_arc_tasks(config.arc_tasks)}, {config.evaluate.n_eval} predictions per task in the baseline",
         ),
         ("dates", _dates(results)),
         ("code", f"commit {_commit(repo)} (when this report was built)"),
@@ -141,7 +168,7 @@ def render_home(config: dict[str, Any], repo: Path, configfiles: list[str]) -> s
     )
 
 
-def write_home(config: dict[str, Any], repo: Path, configfiles: list[str], path: Path) -> Path:
+def write_home(config: WorkflowConfig, repo: Path, configfiles: list[str], path: Path) -> Path:
     from arc_pipeline.io import write_text
 
     path.parent.mkdir(parents=True, exist_ok=True)
