@@ -273,21 +273,26 @@ class GpuMemoryTrace:
                 out.flush()
 
 
-def gpu_memory_rows(path: Path, gpus: list[str]) -> dict[str, str]:
-    """Per GPU of the variant: used GiB at the end of step 3 -> at the end of the run (its last sample)."""
+def gpu_memory_rows(path: Path, gpus: list[str], steps: int) -> dict[str, str]:
+    """Per GPU of the variant: its highest used GiB while step 3 ran -> while the last (``steps``) ran."""
     if not path.is_file():
         return {}
     samples = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    after_third = [sample for sample in samples if sample["step"] >= 3]
-    if not after_third:
+    # samples after the variant's processes began to end (one of its GPUs empty again) are not part of the run
+    while samples and any(samples[-1]["used_gib"].get(gpu, 0.0) < 1.0 for gpu in gpus):
+        samples.pop()
+    peaks: dict[int, dict[str, float]] = {}
+    for sample in samples:  # "step" is the last step the metrics hold: the sample is from the step after it
+        if sample["step"] >= steps:
+            break  # training is over: the adapter is being written
+        step = peaks.setdefault(sample["step"] + 1, {})
+        for gpu in gpus:
+            step[gpu] = max(step.get(gpu, 0.0), sample["used_gib"].get(gpu, 0.0))
+    if 3 not in peaks:
         return {}
-    first, last = after_third[0], after_third[-1]
+    last = max(peaks)
     return {
-        f"GPU {gpu} used, step 3 -> step {last['step']} (GiB)": (
-            f"{first['used_gib'][gpu]:.1f} -> {last['used_gib'][gpu]:.1f}"
-        )
-        for gpu in gpus
-        if gpu in first["used_gib"]
+        f"GPU {gpu} used, step 3 -> step {last} (GiB)": f"{peaks[3][gpu]:.1f} -> {peaks[last][gpu]:.1f}" for gpu in gpus
     }
 
 
@@ -358,7 +363,7 @@ def summarize(work: Path, name: str, prompt_tokens: float) -> dict[str, Any] | N
         reserved = wide.filter(pl.col("step") >= 3)["memory/reserved_gib"].to_list()
         row["rank 0 reserved, step 3 -> last (GiB)"] = f"{reserved[0]:.1f} -> {reserved[-1]:.1f}"
     row["run incl. start (s)"] = summary["seconds"]
-    row.update(gpu_memory_rows(out / "gpu-memory.jsonl", summary.get("gpus") or []))
+    row.update(gpu_memory_rows(out / "gpu-memory.jsonl", summary.get("gpus") or [], config["max_steps"]))
     return row
 
 

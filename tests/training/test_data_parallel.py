@@ -17,8 +17,6 @@ import pytest
 from safetensors import safe_open
 
 from arc_pipeline.training.checkpoints import last_complete_checkpoint
-from arc_pipeline.training.config import TrainConfig
-from arc_pipeline.training.grpo import train
 from tests.training.training_helpers import SHORT_CPU_RUN, preempt_after_first_step, train_command
 
 pytestmark = pytest.mark.slow
@@ -30,9 +28,10 @@ def adapter_shapes(folder: Path) -> dict[str, tuple[int, ...]]:
 
 
 def test_two_processes_train_like_one_and_resume_after_sigterm(tiny_model, refinement_dataset, tmp_path):
+    """Also two train stages at once on one machine: the one-process reference runs beside the two-process
+    rerun, and both finish (each process group on a port of its own: arc_pipeline/training/ports.py)."""
     dataset = refinement_dataset(4)
     one, two = tmp_path / "one", tmp_path / "two"
-    reference = train(TrainConfig(**SHORT_CPU_RUN), dataset, tiny_model, one / "adapter", one / "metrics.parquet")
     config = {**SHORT_CPU_RUN, "training_processes": 2}
     command = train_command(dataset, tiny_model, two, config)
 
@@ -49,14 +48,19 @@ def test_two_processes_train_like_one_and_resume_after_sigterm(tiny_model, refin
     assert not (two / "adapter").exists()
     assert not [p for p in psutil.process_iter(["cmdline"]) if str(dataset) in " ".join(p.info["cmdline"] or [])]
 
+    single = subprocess.Popen(train_command(dataset, tiny_model, one, SHORT_CPU_RUN), stderr=subprocess.PIPE, text=True)
     rerun = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    _, single_stderr = single.communicate(timeout=600)
+    assert single.returncode == 0, single_stderr[-3000:]
+    assert "torch.distributed rendezvous of this process on 127.0.0.1:" in single_stderr
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     assert f"resuming from {checkpoint}" in rerun.stderr
     assert "--nproc-per-node=2" in rerun.stderr and "training done at step 4" in rerun.stderr
     assert rerun.stderr.count("adapter written to") == 1  # rank 0 alone writes the outputs
 
     summary = json.loads((two / "adapter" / "training_summary.json").read_text())
-    assert summary["global_step"] == reference.global_step == SHORT_CPU_RUN["max_steps"]
+    reference = json.loads((one / "adapter" / "training_summary.json").read_text())
+    assert summary["global_step"] == reference["global_step"] == SHORT_CPU_RUN["max_steps"]
     assert adapter_shapes(two / "adapter") == adapter_shapes(one / "adapter")
     metrics = pl.read_parquet(two / "metrics.parquet")
     assert metrics.group_by("step", "name").len()["len"].max() == 1  # one table, not one per rank

@@ -220,3 +220,34 @@ def test_a_real_vllm_server_starts_answers_and_is_stopped(tiny_model, tmp_path, 
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=30) as response:
             assert str(tiny_model) in response.read().decode()
     assert not job_processes(tiny_model)
+
+
+def test_a_single_process_job_meets_on_a_port_of_its_own(monkeypatch):
+    """TRL's colocated engine takes 29500 (or the next of a fixed list) whenever it looks free: two jobs that
+    start together on one machine make the same choice before either binds it, and the second dies with
+    EADDRINUSE. The stage claims a port the kernel drew from its ephemeral range first, and TRL keeps it; a
+    port torchrun (or a site) set is left alone."""
+    from trl.trainer.utils import ensure_master_addr_port
+
+    from arc_pipeline.training.ports import claim_rendezvous_port
+
+    monkeypatch.setattr(os, "environ", dict(os.environ))  # MASTER_* set here stay in this test
+    trl_choices = []
+    for _ in range(2):  # two jobs, neither has bound its port yet
+        monkeypatch.delenv("MASTER_PORT", raising=False)
+        ensure_master_addr_port()
+        trl_choices.append(int(os.environ["MASTER_PORT"]))
+    assert trl_choices[0] == trl_choices[1]  # the clash
+
+    claimed = []
+    for _ in range(2):
+        monkeypatch.delenv("MASTER_PORT", raising=False)
+        claimed.append(claim_rendezvous_port())
+        ensure_master_addr_port()  # what TRL's colocate setup does next
+        assert int(os.environ["MASTER_PORT"]) == claimed[-1]
+    assert trl_choices[0] not in claimed
+    low, _ = (int(edge) for edge in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    assert min(claimed) >= low  # drawn from the ephemeral range, where TRL's fixed ports are not
+
+    monkeypatch.setenv("MASTER_PORT", "29999")  # torchrun's ranks
+    assert claim_rendezvous_port() == 29999 and os.environ["MASTER_PORT"] == "29999"
