@@ -2,9 +2,9 @@
 
 In server mode (docs/multi-gpu.md) TRL pushes the LoRA-merged weights to the job's vLLM server after every
 optimizer step, through vLLM's packed NCCL broadcast: the weights are copied into pack buffers of about 1 GiB
-(two in flight) and broadcast one buffer at a time. vLLM releases before the fix of its issue 52950 (vLLM 0.26,
-the lent GPU machines' version, has it; 0.31, the cluster pin in pyproject.toml, does not) create two fresh CUDA
-streams on every call and allocate the buffers on them. PyTorch's caching allocator keeps a freed block for the
+(two in flight) and broadcast one buffer at a time. vLLM releases older than the fix of its issue 52950 create
+two fresh CUDA streams on every call and allocate the buffers on them: 0.26, the lent GPU machines' version, does;
+0.31, the cluster pin in pyproject.toml, reuses its streams. PyTorch's caching allocator keeps a freed block for the
 stream that allocated it, and those streams are never used again: every sync strands the buffers' memory. At the
 8B shape that is 4.4 GiB a step on the training GPU (a buffer is 1 GiB plus the tensor that overflows it, up
 to the 1 GiB embedding), until the card is full.
