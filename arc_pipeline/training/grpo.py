@@ -215,7 +215,8 @@ def train(
         resume, finished = prepare_run(config, dataset_path, model_dir, output, metrics_path, checkpoint_dir)
         if finished is not None:
             return finished
-        claim_rendezvous_port()  # the colocated vLLM engine's group: a port of its own, never TRL's fixed 29500
+        if config.use_vllm and config.vllm_mode == "colocate":
+            claim_rendezvous_port()  # the colocated engine's group: a port of its own, never TRL's fixed 29500
     model, tokenizer, peft_config = load_model(config, model_dir)
     dataset, dataset_counts = load_refinement_dataset(dataset_path, tokenizer, config)
     guard = CollapseGuard(config.collapse_guard)

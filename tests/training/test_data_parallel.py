@@ -29,7 +29,8 @@ def adapter_shapes(folder: Path) -> dict[str, tuple[int, ...]]:
 
 def test_two_processes_train_like_one_and_resume_after_sigterm(tiny_model, refinement_dataset, tmp_path):
     """Also two train stages at once on one machine: the one-process reference runs beside the two-process
-    rerun, and both finish (each process group on a port of its own: arc_pipeline/training/ports.py)."""
+    rerun, and both finish (each process group on a port of its own: arc_pipeline/training/ports.py; the
+    colocated engine's port, which the CPU cannot run, in test_launch.py)."""
     dataset = refinement_dataset(4)
     one, two = tmp_path / "one", tmp_path / "two"
     config = {**SHORT_CPU_RUN, "training_processes": 2}
@@ -52,7 +53,6 @@ def test_two_processes_train_like_one_and_resume_after_sigterm(tiny_model, refin
     rerun = subprocess.run(command, capture_output=True, text=True, timeout=600)
     _, single_stderr = single.communicate(timeout=600)
     assert single.returncode == 0, single_stderr[-3000:]
-    assert "torch.distributed rendezvous of this process on 127.0.0.1:" in single_stderr
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     assert f"resuming from {checkpoint}" in rerun.stderr
     assert "--nproc-per-node=2" in rerun.stderr and "training done at step 4" in rerun.stderr
