@@ -20,6 +20,13 @@ phase (arc_pipeline/training/phases.py), tokens per step, model TFLOP/s and peak
 
 The model and prompts are built once under ``--work`` and reused; so are the compile caches, so the first
 variant's engine start is cold and the others' warm.
+
+Variants with several GPUs (``dp-2``, ``dp-4``, ``server-1+1``, ``server-tp2+2``, ``server-dp2+2``) run through
+the stage's own launcher (arc_pipeline/training/launch.py) on the GPUs ``CUDA_VISIBLE_DEVICES`` names; for every
+variant the GPUs' memory is sampled with nvidia-smi into ``<work>/<variant>/gpu-memory.jsonl`` and the table
+shows each GPU's highest use while step 3 ran and while the last step ran. Separate invocations with disjoint
+``CUDA_VISIBLE_DEVICES`` may run at once on one host, sharing ``--work`` once its inputs exist
+(``--report-only`` builds them).
 """
 
 from __future__ import annotations
