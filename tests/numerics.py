@@ -20,6 +20,7 @@ does (a chunk weighted wrongly, a missing gradient term: errors of 1-100% of the
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 
@@ -51,10 +52,9 @@ def assert_reordered_close(
     )
 
 
-def model_sum_terms(model: torch.nn.Module, tokens: int) -> int:
+def model_sum_terms(config: Any, tokens: int) -> int:
     """The longest chain of sums behind one gradient element of a transformer's weights: the ``tokens`` of the
     batch times the widest dimension its matrix products contract (hidden or MLP width, or the vocabulary of
-    the log-softmax)."""
-    config = model.config
+    the log-softmax). ``config``: the model's config (``model.config``, or its ``config.json`` read as attributes)."""
     widest = max(config.hidden_size, getattr(config, "intermediate_size", 0), config.vocab_size)
     return tokens * widest

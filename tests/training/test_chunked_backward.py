@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -79,7 +80,7 @@ def trainer_and_micro_batch(train_config: TrainConfig, tiny_model, dataset_path,
 def micro_batch_terms(trainer, batch) -> int:
     """The longest chain of float32 sums behind the micro-batch's loss and gradient (tests/numerics.py)."""
     tokens = batch["prompt_ids"].numel() + batch["completion_ids"].numel()
-    return model_sum_terms(trainer.model, tokens)
+    return model_sum_terms(trainer.model.config, tokens)
 
 
 def loss_and_gradient(trainer, batch) -> tuple[float, torch.Tensor]:
@@ -217,10 +218,9 @@ def two_step_adapter(tiny_model, dataset, out, **overrides) -> TwoSteps:
         callbacks=[initial],
     )
     prompt_tokens = int(pl.read_parquet(dataset)["prompt_tokens"].max())
-    model_config = json.loads((Path(tiny_model) / "config.json").read_text())
-    widest = max(model_config["hidden_size"], model_config["intermediate_size"], model_config["vocab_size"])
+    model_config = SimpleNamespace(**json.loads((Path(tiny_model) / "config.json").read_text()))
     completions = train_config.max_steps * train_config.num_generations
-    terms = completions * (prompt_tokens + train_config.max_completion_length) * widest
+    terms = model_sum_terms(model_config, completions * (prompt_tokens + train_config.max_completion_length))
     return TwoSteps(initial.weights, load_file(out / "adapter" / "adapter_model.safetensors"), terms)
 
 
@@ -274,7 +274,7 @@ def test_shared_prompt_chunks_under_data_parallel_give_the_all_reduced_gradient(
 
     ranks = spawn_ranks(run_rank_shared, tmp_path)
     # the all-reduce sums both ranks' micro-batches
-    terms = model_sum_terms(tiny_llama(), 2 * ROWS * (PROMPT_WIDTH + COMPLETION))
+    terms = model_sum_terms(tiny_llama().config, 2 * ROWS * (PROMPT_WIDTH + COMPLETION))
     for result in ranks:
         assert result["whole"].abs().sum() > 0
         assert result["prompt_passes"] == 1  # one prompt pass for all the chunks of the micro-batch

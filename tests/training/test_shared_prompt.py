@@ -69,7 +69,7 @@ def embedded_tokens(model) -> list[int]:
 
 def assert_same_outputs(ours, theirs, model, input_ids) -> None:
     """Log-probs, entropies and LoRA gradient of logps_entropies_gradient equal up to float32 summation order."""
-    terms = model_sum_terms(model, input_ids.numel())
+    terms = model_sum_terms(model.config, input_ids.numel())
     for name, mine, reference in zip(("log-probs", "entropies", "LoRA gradient"), ours, theirs, strict=True):
         assert_reordered_close(mine, reference, terms, name)
 
@@ -211,7 +211,7 @@ def test_reference_log_probs_while_scoring_are_trls(tiny_model, refinement_datas
     whole, shared = batches
     assert torch.equal(whole["completion_ids"], shared["completion_ids"])
     mask = whole["completion_mask"]
-    terms = model_sum_terms(trainer.model, whole["prompt_ids"].numel() + whole["completion_ids"].numel())
+    terms = model_sum_terms(trainer.model.config, whole["prompt_ids"].numel() + whole["completion_ids"].numel())
     assert_reordered_close(
         shared["ref_per_token_logps"] * mask, whole["ref_per_token_logps"] * mask, terms, "reference log-probs"
     )
