@@ -21,7 +21,8 @@ phase (arc_pipeline/training/phases.py), tokens per step, model TFLOP/s and peak
 The model and prompts are built once under ``--work`` and reused; so are the compile caches, so the first
 variant's engine start is cold and the others' warm.
 
-Variants with several GPUs (``dp-2``, ``dp-4``, ``server-1+1``, ``server-tp2+2``, ``server-dp2+2``) run through
+Variants with several GPUs (``dp-2``, ``dp-4``, ``server-1+1``, ``server-tp2+2``, ``server-dp2+2``, and the
+``-overlap`` ones, whose server decodes the next step while the ranks train) run through
 the stage's own launcher (arc_pipeline/training/launch.py) on the GPUs ``CUDA_VISIBLE_DEVICES`` names; for every
 variant the GPUs' memory is sampled with nvidia-smi into ``<work>/<variant>/gpu-memory.jsonl`` and the table
 shows each GPU's highest use while step 3 ran and while the last step ran. Separate invocations with disjoint
@@ -97,6 +98,24 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "vllm_server_gpus": 2,
         "vllm_server_tensor_parallel_size": 2,
         "training_processes": 2,
+    },
+    # the server decodes the next step's completions while the ranks train (arc_pipeline/training/overlap.py);
+    # one update old, reweighted by the importance-sampling correction it needs
+    "server-1+1-overlap": {
+        "backward_chunk_tokens": 2100,
+        "vllm_mode": "server",
+        "vllm_server_gpus": 1,
+        "overlap_generation": True,
+        "vllm_importance_sampling_correction": True,
+    },
+    "server-tp2+2-overlap": {
+        "backward_chunk_tokens": 2100,
+        "vllm_mode": "server",
+        "vllm_server_gpus": 2,
+        "vllm_server_tensor_parallel_size": 2,
+        "training_processes": 2,
+        "overlap_generation": True,
+        "vllm_importance_sampling_correction": True,
     },
     "server-dp2+2": {
         "backward_chunk_tokens": 2100,

@@ -44,6 +44,8 @@ _NOT_IN_FINGERPRINT = {
     "vllm_server_gpu_memory_utilization",
     "vllm_server_timeout_s",
     "stop_grace_s",
+    # one update of staleness, reweighted: a run may switch it and resume (left out, older checkpoints match)
+    "overlap_generation",
     # how the loss's gradient is computed, not what it is (and left out, checkpoints written before the field
     # existed still match)
     "backward_chunk_tokens",

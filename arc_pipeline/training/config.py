@@ -90,6 +90,12 @@ class TrainConfig(BaseModel):
         gt=0,
         description="server mode: seconds the stage waits for the server's /health to answer before it gives up",
     )
+    overlap_generation: bool = Field(
+        False,
+        description="server mode: the server decodes the next step's completions while the training processes "
+        "train on this step's, so each completion is one update old; needs vllm_importance_sampling_correction, "
+        "which reweights for it (arc_pipeline/training/overlap.py). Off = on-policy, as published",
+    )
     training_processes: PositiveInt = Field(
         1,
         description="data-parallel training processes, one GPU each (torch.distributed; gloo on the CPU); they "
@@ -307,6 +313,17 @@ class TrainConfig(BaseModel):
             raise ValueError("vllm_mode 'server' generates with a vLLM server: set use_vllm true or vllm_mode colocate")
         if self.vllm_mode == "server" and self.vllm_enable_sleep_mode:
             raise ValueError("vllm_enable_sleep_mode is for vllm_mode colocate: the server owns its GPUs")
+        if self.overlap_generation:
+            needs = {
+                "vllm_mode 'server' (the server decodes while the training GPUs train)": self.vllm_mode == "server",
+                "vllm_importance_sampling_correction: true (it reweights the one-update-old completions)": (
+                    self.vllm_importance_sampling_correction
+                ),
+                "online_multi_turn: false (its rollout generates turn by turn)": not self.online_multi_turn,
+            }
+            missing = [need for need, met in needs.items() if not met]
+            if missing:
+                raise ValueError(f"overlap_generation needs {'; '.join(missing)}")
         if self.vllm_server_gpus % self.vllm_server_tensor_parallel_size:
             raise ValueError(
                 f"vllm_server_gpus ({self.vllm_server_gpus}) must be a multiple of vllm_server_tensor_parallel_size "

@@ -198,6 +198,7 @@ def train(
     from arc_pipeline.scoring.rules import max_output_side
     from arc_pipeline.training.callbacks import CollapseGuard, LiveMetrics, metrics_rows
     from arc_pipeline.training.chunked_backward import ChunkedBackward
+    from arc_pipeline.training.overlap import OverlappedGeneration
     from arc_pipeline.training.phases import PhaseTimer
     from arc_pipeline.training.preemption import CheckpointOnSigterm
     from arc_pipeline.training.rewards import ArcReward, soft_overlong_penalty
@@ -260,6 +261,8 @@ def train(
             ChunkedBackward(config.backward_chunk_tokens, shared_prompt=shared_prompt).attach(trainer)
         release_stranded_sync_buffers(trainer)  # server mode with vLLM < the fix of its issue 52950
         phases.attach(trainer)
+        if config.overlap_generation:
+            OverlappedGeneration().attach(trainer)  # last: its wait for the server counts as generation
         trainer.train(resume_from_checkpoint=str(resume) if resume else None)
     if trainer.is_world_process_zero():
         share_like_umask(checkpoint_dir)  # checkpoints too are for colleagues to read (safetensors: 0600)
