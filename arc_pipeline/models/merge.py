@@ -122,7 +122,7 @@ def merge_adapter(model_dir: Path, adapter_dir: Path, out: Path, dtype: str = "a
     if report.relative_error > LARGE_ROUNDING_ERROR:
         log.warning(
             "rounding to %s changed the adapter's update by %.0f%% (over %.0f%%): the merged model is not the "
-            "adapter as trained; evaluate with evaluate.merge_adapter: false, or evaluate.merge.dtype: float32",
+            "adapter as trained; evaluate it with evaluate.merge_adapter: false",
             served,
             100 * report.relative_error,
             100 * LARGE_ROUNDING_ERROR,

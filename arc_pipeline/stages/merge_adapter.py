@@ -30,7 +30,7 @@ class MergeAdapterConfig(BaseModel):
     dtype: Literal["auto", "bfloat16", "float16", "float32"] = Field(
         "auto",
         description="dtype of the merged weights; auto = the base model's (bf16 for BARC 8B). float32 keeps "
-        "every update but doubles the bytes each decode step reads (vLLM then runs inference.dtype)",
+        "every update, but vLLM rounds the weights to inference.dtype as it loads them: it helps only there",
     )
 
 
