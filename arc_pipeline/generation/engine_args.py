@@ -17,17 +17,17 @@ Levers beyond the published settings (issue 32; ``docs/defaults.md``, "Inference
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from arc_pipeline.generation.cpu_dtype import resolve_cpu_dtype
-
-if TYPE_CHECKING:
-    from arc_pipeline.generation.engine import EngineConfig
 
 log = logging.getLogger(__name__)
 
 
-def engine_arguments(config: EngineConfig) -> dict[str, Any]:
+# ``config`` below is an ``engine.EngineConfig``; not imported here, since engine.py imports this module.
+
+
+def engine_arguments(config: Any) -> dict[str, Any]:
     """``vllm.LLM`` keyword arguments for ``config``, before platform workarounds. Settings left at
     "vLLM's default" are left out, so vLLM's own default applies."""
     kwargs: dict[str, Any] = dict(
@@ -55,7 +55,7 @@ def engine_arguments(config: EngineConfig) -> dict[str, Any]:
     return kwargs
 
 
-def platform_workarounds(config: EngineConfig) -> dict[str, Any]:
+def platform_workarounds(config: Any) -> dict[str, Any]:
     """Engine arguments one platform needs.
 
     On CPU, the dtype follows the CPU's features (``cpu_dtype.py``).
