@@ -38,6 +38,7 @@ STAGES: dict[str, tuple[str, str]] = {
     "execute": ("arc_pipeline.stages.execute", "run predicted programs in the sandbox and score them"),
     "refine-dataset": ("arc_pipeline.stages.refine_dataset", "build the second-turn dataset"),
     "train": ("arc_pipeline.stages.train", "GRPO training of a LoRA adapter"),
+    "merge-adapter": ("arc_pipeline.stages.merge_adapter", "merge a LoRA adapter into the base model's weights"),
     "evaluate": ("arc_pipeline.stages.evaluate", "metric tables, voting, submission and pass@k"),
     "canary": ("arc_pipeline.stages.canary", "the learning canary's verdict (config/canary.yaml)"),
 }

