@@ -191,6 +191,18 @@ class TrainConfig(BaseModel):
         "mask, clip 3.0, computed on logprobs that include the repetition penalty, so whole completions drop out "
         "of the loss). Off in the published run (unsloth forced it off)",
     )
+    vllm_importance_sampling_mode: Literal["sequence_mask", "sequence_truncate", "token_mask", "token_truncate"] = (
+        Field(
+            "sequence_mask",
+            description="with vllm_importance_sampling_correction: one ratio per completion or per token, masked or "
+            "truncated outside the bounds (TRL 1.x default: sequence_mask). With overlap_generation token_truncate "
+            "is the robust choice: a completion's product of 1,024 token ratios is far from 1 long before any "
+            "token's is (docs/multi-gpu.md)",
+        )
+    )
+    vllm_importance_sampling_clip_max: float = Field(
+        3.0, gt=1, description="upper bound of the importance ratio: truncated to it or masked above it (TRL 1.x: 3.0)"
+    )
     use_bias_correction_kl: bool = Field(
         False,
         description="multiply the KL term by the importance ratio (TRL 1.x default on); the published run used "

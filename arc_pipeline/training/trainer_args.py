@@ -91,6 +91,8 @@ def grpo_arguments(
         "epsilon_high": config.epsilon_high,
         "num_iterations": config.num_iterations,
         "vllm_importance_sampling_correction": config.vllm_importance_sampling_correction,
+        "vllm_importance_sampling_mode": config.vllm_importance_sampling_mode,
+        "vllm_importance_sampling_clip_max": config.vllm_importance_sampling_clip_max,
         "use_bias_correction_kl": config.use_bias_correction_kl,
         "reward_weights": list(reward_weights),
         "remove_unused_columns": False,
@@ -139,7 +141,13 @@ def grpo_arguments(
         values["warmup_steps"] = config.warmup_ratio
     unknown = sorted(set(values) - known)
     # these change what is learned (docs/reproduction.md): never drop them silently
-    required = {"vllm_importance_sampling_correction", "use_bias_correction_kl", "optim"} & set(unknown)
+    required = {
+        "vllm_importance_sampling_correction",
+        "vllm_importance_sampling_mode",
+        "vllm_importance_sampling_clip_max",
+        "use_bias_correction_kl",
+        "optim",
+    } & set(unknown)
     if required:
         raise PipelineError(f"train: this TRL version has no GRPOConfig fields {sorted(required)}; install trl>=1.15")
     if unknown:
