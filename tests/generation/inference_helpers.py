@@ -55,3 +55,22 @@ def build_untrained_tiny_model(tasks_path: Path, out: Path) -> Path:
     config = '{"source": "tiny", "tiny": {"warmup_steps": 0}}'
     assert main(["model", "--tasks", str(tasks_path), "--output", str(out), "--config-json", config]) == 0
     return out
+
+
+def random_lora_adapter(model_dir: Path, out: Path) -> Path:
+    """A rank-1 rsLoRA adapter on every projection, as the train stage makes, with non-zero weights."""
+    import torch
+    from peft import get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from arc_pipeline.training.config import TrainConfig
+    from arc_pipeline.training.trainer_args import lora_config
+
+    torch.manual_seed(0)
+    model = get_peft_model(AutoModelForCausalLM.from_pretrained(str(model_dir)), lora_config(TrainConfig()))
+    with torch.no_grad():
+        for name, weight in model.named_parameters():
+            if "lora_B" in name:
+                weight.normal_(0, 0.05)  # a fresh adapter has B = 0: no effect, nothing tested
+    model.save_pretrained(str(out))
+    return out

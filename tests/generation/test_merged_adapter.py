@@ -20,7 +20,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from inference_helpers import build_untrained_tiny_model, small_tasks, write_tasks
+from inference_helpers import build_untrained_tiny_model, random_lora_adapter, small_tasks, write_tasks
 
 from arc_pipeline.cli import main
 from arc_pipeline.models.folder import check_model_dir, read_model_info
@@ -49,23 +49,7 @@ def model_dir(workdir: Path, tasks_path: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def adapter_dir(workdir: Path, model_dir: Path) -> Path:
-    """A rank-1 rsLoRA adapter on every projection, as the train stage makes, with non-zero weights."""
-    import torch
-    from peft import get_peft_model
-    from transformers import AutoModelForCausalLM
-
-    from arc_pipeline.training.config import TrainConfig
-    from arc_pipeline.training.trainer_args import lora_config
-
-    torch.manual_seed(0)
-    model = get_peft_model(AutoModelForCausalLM.from_pretrained(str(model_dir)), lora_config(TrainConfig()))
-    with torch.no_grad():
-        for name, weight in model.named_parameters():
-            if "lora_B" in name:
-                weight.normal_(0, 0.05)  # a fresh adapter has B = 0: no effect, nothing tested
-    out = workdir / "adapter"
-    model.save_pretrained(str(out))
-    return out
+    return random_lora_adapter(model_dir, workdir / "adapter")
 
 
 @pytest.fixture(scope="module")
