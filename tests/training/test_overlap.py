@@ -131,7 +131,9 @@ def test_the_next_steps_completions_are_sampled_while_this_step_trains(tiny_mode
     dataset = distinct_prompts_dataset(tiny_model, tmp_path / "refine.parquet", 16)
     steps = 4
     plain, plain_trained, _, _ = run(tiny_model, dataset, tmp_path / "plain", overlap=False, steps=steps)
-    server, trained, step_started, overlapped = run(tiny_model, dataset, tmp_path / "overlap", overlap=True, steps=steps)
+    server, trained, step_started, overlapped = run(
+        tiny_model, dataset, tmp_path / "overlap", overlap=True, steps=steps
+    )
 
     # the trainer trained on exactly the batches it takes without overlap, in the same order
     assert trained == plain_trained and len({tuple(batch) for batch in trained}) == steps
@@ -158,7 +160,12 @@ def test_the_next_steps_completions_are_sampled_while_this_step_trains(tiny_mode
         ({"use_vllm": True, "vllm_importance_sampling_correction": True}, "vllm_mode 'server'"),
         ({"use_vllm": True, "vllm_mode": "server"}, "vllm_importance_sampling_correction"),
         (
-            {"use_vllm": True, "vllm_mode": "server", "vllm_importance_sampling_correction": True, "online_multi_turn": True},
+            {
+                "use_vllm": True,
+                "vllm_mode": "server",
+                "vllm_importance_sampling_correction": True,
+                "online_multi_turn": True,
+            },
             "online_multi_turn",
         ),
     ],
