@@ -25,17 +25,18 @@ from pathlib import Path
 from typing import Any
 
 from arc_pipeline.errors import PipelineError
-from arc_pipeline.io import InputFileError, read_frame, replace_folder, share_like_umask, write_table
-from arc_pipeline.models.tokens import adds_bos, stop_token_ids
+from arc_pipeline.io import InputFileError, read_frame, share_like_umask, write_table
+from arc_pipeline.models.tokens import stop_token_ids
 from arc_pipeline.schemas import REFINEMENT_SCHEMA, TRAINING_METRICS_SCHEMA
+from arc_pipeline.training.base_model import load_causal_lm, strip_rendered_bos
 from arc_pipeline.training.checkpoints import (
     best_checkpoint,
-    copy_adapter,
     default_checkpoint_dir,
     last_complete_checkpoint,
     prepare_checkpoint_dir,
     reached_the_end,
     run_fingerprint,
+    write_adapter,
 )
 from arc_pipeline.training.config import TrainConfig
 from arc_pipeline.training.ports import claim_rendezvous_port
@@ -54,7 +55,6 @@ DATASET_COLUMNS = [
     "test_outputs",
     "test_index",
 ]
-SUMMARY_FILE = "training_summary.json"
 
 
 # ------------------------------------------------------------------ dataset
@@ -84,15 +84,7 @@ def load_refinement_dataset(path: str | os.PathLike, tokenizer: Any, config: Tra
         )
     if frame.height == 0:
         raise InputFileError(f"{path}: no refinement prompt to train on ({total} rows, {dropped} too long)")
-    if adds_bos(tokenizer) and not config.double_bos:
-        bos = tokenizer.bos_token
-        frame = frame.with_columns(
-            pl.when(pl.col("prompt").str.starts_with(bos))
-            .then(pl.col("prompt").str.slice(len(bos)))
-            .otherwise(pl.col("prompt"))
-            .alias("prompt")
-        )
-    frame = frame.select(DATASET_COLUMNS)
+    frame = strip_rendered_bos(frame, tokenizer, config.double_bos).select(DATASET_COLUMNS)
     if config.task_repeats > 1:
         frame = frame.sample(fraction=1.0, shuffle=True, seed=config.seed)
         frame = frame.select(pl.all().repeat_by(config.task_repeats)).explode(pl.all())
@@ -112,12 +104,7 @@ def load_model(config: TrainConfig, model_dir: str | os.PathLike) -> tuple[Any, 
     tokenizer.padding_side = "left"
     if config.backend == "unsloth":
         return _load_unsloth_model(config, model_dir), tokenizer, None
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    dtype = torch.bfloat16 if config.bf16 else torch.float32
-    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=dtype)
-    return model, tokenizer, lora_config(config)
+    return load_causal_lm(model_dir, config.bf16), tokenizer, lora_config(config)
 
 
 def _import_unsloth() -> Any:
@@ -327,17 +314,12 @@ def _write_adapter(
     trainer: Any, output: Path, kept: Path | None, config: TrainConfig, result: TrainResult, guard: Any
 ) -> None:
     """Write the adapter (the trainer's, or the kept checkpoint's) and the run summary, swapped in atomically."""
-    with replace_folder(output) as staging:
-        if kept is None:
-            trainer.save_model(str(staging))
-        else:
-            copy_adapter(kept, staging)
-        summary = {
-            **dataclasses.asdict(result),
-            "collapse_reasons": guard.reasons if result.stopped_by_guard else [],
-            "config": config.model_dump(mode="json"),
-        }
-        (staging / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n")
+    summary = {
+        **dataclasses.asdict(result),
+        "collapse_reasons": guard.reasons if result.stopped_by_guard else [],
+        "config": config.model_dump(mode="json"),
+    }
+    write_adapter(output, None if trainer is None else lambda folder: trainer.save_model(str(folder)), kept, summary)
     log.info(
         "adapter written to %s (step %d%s)",
         output,

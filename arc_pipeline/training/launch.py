@@ -35,8 +35,9 @@ from pathlib import Path
 
 from arc_pipeline.cli import RANK_ERRORS_VARIABLE
 from arc_pipeline.errors import PipelineError
+from arc_pipeline.training.checkpoints import SUMMARY_FILE
 from arc_pipeline.training.config import TrainConfig
-from arc_pipeline.training.grpo import SUMMARY_FILE, prepare_run
+from arc_pipeline.training.grpo import prepare_run
 from arc_pipeline.training.ports import HOST, free_ports
 from arc_pipeline.training.processes import StageStopped, Supervisor
 from arc_pipeline.training.trainer_args import VllmServer
