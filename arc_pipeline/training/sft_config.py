@@ -12,8 +12,11 @@ from pydantic import ConfigDict, Field, PositiveInt, model_validator
 
 from arc_pipeline.training.config import LoraSettings
 
-# Config fields that do not change what is learned: changing them keeps the checkpoints.
-SFT_NOT_IN_FINGERPRINT = frozenset({"enabled", "report_to", "logging_steps", "save_steps", "save_total_limit"})
+# Config fields that do not change what is learned: changing them keeps the checkpoints (max_steps too, as
+# GRPO's: a longer run resumes the shorter one).
+SFT_NOT_IN_FINGERPRINT = frozenset(
+    {"enabled", "report_to", "logging_steps", "save_steps", "save_total_limit", "max_steps"}
+)
 
 
 class SftConfig(LoraSettings):
