@@ -3,8 +3,9 @@
 The SFT dataset (``SFT_DATASET_SCHEMA``, stage ``sft_dataset``) is TRL's prompt-completion format: the
 ``prompt`` is the refinement prompt as rendered with the chat template (the text GRPO trains on, with the
 same BOS rule: :func:`~arc_pipeline.training.base_model.strip_rendered_bos`), the ``completion`` the model's
-own answer that solved the task. TRL appends the tokenizer's end token to the completion and, with
-``completion_only_loss``, computes the loss on completion tokens only. The LoRA, the model loading, the
+own answer that solved the task. The rows are tokenized as the model saw them when sampling
+(:func:`load_sft_dataset`), and with ``completion_only_loss`` TRL computes the loss on the completion and its
+end token only. The LoRA, the model loading, the
 checkpoints (fingerprint, resume from the last complete one), SIGTERM handling, the metrics parquet and the
 adapter folder are the GRPO stage's (:mod:`arc_pipeline.training.grpo`).
 
@@ -44,14 +45,30 @@ class SftResult:
 
 
 def load_sft_dataset(path: str | os.PathLike, tokenizer: Any, config: SftConfig) -> Any:
-    """The SFT parquet as a ``datasets.Dataset`` of raw-text ``prompt`` and ``completion`` columns."""
+    """The SFT parquet as a tokenized ``datasets.Dataset``: ``input_ids`` and ``completion_mask``.
+
+    Tokenized here, not by TRL: TRL tokenizes ``prompt + completion`` as one text and, where tokens merge
+    across the boundary (the prompt ends with the assistant header's blank line), cuts the prompt short.
+    The model saw something else when it sampled the completion: the prompt's own tokens (vLLM, as GRPO's
+    ``tokenizer(prompt)``, BOS by the same rule) followed by generated tokens. So the row is the prompt's
+    tokens, the completion's tokens and the end token the sampler stopped on (the tokenizer's eos, as TRL
+    appends), and only the completion and its end token are learned (``completion_mask``).
+    """
     from datasets import Dataset
 
     frame = read_frame(path, SFT_DATASET_SCHEMA)
     if frame.height == 0:
         raise InputFileError(f"{path}: no completion to train on (no sampled refinement solved its task)")
     frame = strip_rendered_bos(frame, tokenizer, config.double_bos)
-    return Dataset.from_polars(frame.select("prompt", "completion"))
+    prompts = tokenizer(frame["prompt"].to_list())["input_ids"]
+    completions = tokenizer(frame["completion"].to_list(), add_special_tokens=False)["input_ids"]
+    end = [tokenizer.eos_token_id]
+    return Dataset.from_dict(
+        {
+            "input_ids": [p + c + end for p, c in zip(prompts, completions, strict=True)],
+            "completion_mask": [[0] * len(p) + [1] * (len(c) + 1) for p, c in zip(prompts, completions, strict=True)],
+        }
+    )
 
 
 def sft_arguments(config: SftConfig, output_dir: str | os.PathLike) -> Any:
