@@ -1,5 +1,5 @@
 """Stage ``sft``: supervised fine-tuning of a refinement LoRA adapter on the model's own solving refinements
-(``sft_dataset``'s parquet; docs/stages.md).
+(``sft_dataset``'s parquet; docs/scoring.md, "SFT refiner").
 
 Outputs, as the ``train`` stage's: the adapter folder (``--output``, with ``training_summary.json``) and the
 per-step metrics parquet (``--metrics``, ``TRAINING_METRICS_SCHEMA``: TRL's loss, mean_token_accuracy,

@@ -1,4 +1,4 @@
-"""Stage ``sft_dataset``: the SFT refiner's training set, by rejection sampling (docs/stages.md).
+"""Stage ``sft_dataset``: the SFT refiner's training set, by rejection sampling (docs/scoring.md, "SFT refiner").
 
 The workflow samples ``samples_per_prompt`` second-turn completions of every refinement prompt of
 ``refine_dataset`` with the base model (the ``inference`` stage in its ``--refinements`` mode, as the

@@ -20,7 +20,7 @@ SFT_NOT_IN_FINGERPRINT = frozenset(
 
 
 class SftConfig(LoraSettings):
-    """SFT of a LoRA adapter on the rejection-sampled refinements (stage ``sft``; docs/stages.md)."""
+    """SFT of a LoRA adapter on the rejection-sampled refinements (stage ``sft``; docs/scoring.md, "SFT refiner")."""
 
     model_config = ConfigDict(extra="forbid")
 
