@@ -73,6 +73,12 @@ class TrainConfig(LoraSettings):
     backend: Literal["trl", "unsloth"] = Field(
         "trl", description="trl: plain TRL + peft; unsloth: Unsloth's patched model and trainer (GPU only, lazy import)"
     )
+    init_adapter: Literal["none", "sft"] = Field(
+        "none",
+        description="the adapter GRPO starts from: none = a fresh LoRA; sft = the sft stage's adapter (SFT then "
+        "RL: the workflow makes <results_dir>/sft/adapter an input of the train job). Its LoRA shape must be the "
+        "lora_* fields' (set sft's alike); the KL reference stays the base model (the adapter disabled). Backend trl",
+    )
     use_vllm: bool = Field(
         False, description="generate with vLLM, colocated in each training process or as a server (vllm_mode; GPU only)"
     )
@@ -322,6 +328,8 @@ class TrainConfig(LoraSettings):
             raise ValueError("max_completion_length must be smaller than max_seq_length")
         if self.use_cpu and self.bf16:
             raise ValueError("bf16 is for GPUs: set bf16 false with use_cpu true")
+        if self.init_adapter != "none" and self.backend != "trl":
+            raise ValueError("init_adapter needs backend trl (unsloth attaches its own fresh LoRA)")
         if self.use_cpu and (self.use_vllm or self.backend == "unsloth"):
             raise ValueError("use_vllm and the unsloth backend need a GPU: they cannot be used with use_cpu")
         if self.soft_overlong_cache >= self.max_completion_length:

@@ -28,11 +28,12 @@ from arc_pipeline.errors import PipelineError
 from arc_pipeline.io import InputFileError, read_frame, share_like_umask, write_table
 from arc_pipeline.models.tokens import stop_token_ids
 from arc_pipeline.schemas import REFINEMENT_SCHEMA, TRAINING_METRICS_SCHEMA
-from arc_pipeline.training.base_model import load_causal_lm, strip_rendered_bos
+from arc_pipeline.training.base_model import continue_adapter, load_causal_lm, strip_rendered_bos
 from arc_pipeline.training.checkpoints import (
     best_checkpoint,
     default_checkpoint_dir,
     last_complete_checkpoint,
+    model_content_digest,
     prepare_checkpoint_dir,
     reached_the_end,
     run_fingerprint,
@@ -95,16 +96,22 @@ def load_refinement_dataset(path: str | os.PathLike, tokenizer: Any, config: Tra
 # ------------------------------------------------------------------ model and trainer configuration
 
 
-def load_model(config: TrainConfig, model_dir: str | os.PathLike) -> tuple[Any, Any, Any]:
+def load_model(
+    config: TrainConfig, model_dir: str | os.PathLike, init_adapter: str | os.PathLike | None = None
+) -> tuple[Any, Any, Any]:
     """``(model, tokenizer, peft_config)``: for ``trl`` a plain model and a LoRA config for TRL to apply,
-    for ``unsloth`` Unsloth's model with its LoRA already attached (peft_config None)."""
+    for ``unsloth`` Unsloth's model with its LoRA already attached (peft_config None); with ``init_adapter``
+    the model with that trained adapter on, trainable (peft_config None)."""
     from arc_pipeline.models.folder import load_tokenizer
 
     tokenizer = load_tokenizer(model_dir)
     tokenizer.padding_side = "left"
     if config.backend == "unsloth":
         return _load_unsloth_model(config, model_dir), tokenizer, None
-    return load_causal_lm(model_dir, config.bf16), tokenizer, lora_config(config)
+    model = load_causal_lm(model_dir, config.bf16)
+    if init_adapter is not None:
+        return continue_adapter(model, init_adapter, config), tokenizer, None
+    return model, tokenizer, lora_config(config)
 
 
 def _import_unsloth() -> Any:
@@ -164,11 +171,13 @@ def train(
     callbacks: Sequence[Any] = (),
     server: VllmServer | None = None,
     rank_process: bool = False,
+    init_adapter: str | os.PathLike | None = None,
 ) -> TrainResult:
     """Train (or resume), then write the adapter folder ``output`` and the metrics parquet.
 
     ``extra_rewards`` are ``(reward function, weight)`` pairs added to the ARC reward (tests use a
-    learnable one); ``callbacks`` are extra ``TrainerCallback`` objects. ``rank_process``: this is one of
+    learnable one); ``callbacks`` are extra ``TrainerCallback`` objects; ``init_adapter``: the trained adapter
+    to continue instead of a fresh LoRA (``init_adapter: sft``). ``rank_process``: this is one of
     the processes arc_pipeline/training/launch.py started, which has already prepared the checkpoint
     folder (and handled a finished run); ``server`` is its vLLM server in server mode.
     """
@@ -200,12 +209,14 @@ def train(
         if resume is not None:
             log.info("resuming from %s", resume)
     else:
-        resume, finished = prepare_run(config, dataset_path, model_dir, output, metrics_path, checkpoint_dir)
+        resume, finished = prepare_run(
+            config, dataset_path, model_dir, output, metrics_path, checkpoint_dir, init_adapter
+        )
         if finished is not None:
             return finished
         if config.use_vllm and config.vllm_mode == "colocate":
             claim_rendezvous_port()  # the colocated engine's group: a port of its own, never TRL's fixed 29500
-    model, tokenizer, peft_config = load_model(config, model_dir)
+    model, tokenizer, peft_config = load_model(config, model_dir, init_adapter)
     dataset, dataset_counts = load_refinement_dataset(dataset_path, tokenizer, config)
     guard = CollapseGuard(config.collapse_guard)
     phases = PhaseTimer()
@@ -279,10 +290,14 @@ def prepare_run(
     output: str | os.PathLike,
     metrics_path: str | os.PathLike,
     checkpoint_dir: Path,
+    init_adapter: str | os.PathLike | None = None,
 ) -> tuple[Path | None, TrainResult | None]:
     """Prepare the checkpoint folder: ``(checkpoint to resume from, None)``, or ``(checkpoint, result)`` when
     that checkpoint already finished the run and its adapter and metrics were written instead of training."""
-    resume = prepare_checkpoint_dir(checkpoint_dir, run_fingerprint(config, dataset_path, model_dir), model_dir)
+    fingerprint = run_fingerprint(config, dataset_path, model_dir)
+    if init_adapter is not None:  # only then: checkpoints of runs from a fresh LoRA keep their fingerprint
+        fingerprint["init_adapter_sha256"] = model_content_digest(init_adapter)
+    resume = prepare_checkpoint_dir(checkpoint_dir, fingerprint, model_dir)
     if resume is not None and reached_the_end(resume, config):
         # A forced rerun of a finished training: resuming would train past max_steps.
         return resume, _finished_from_checkpoint(resume, config, Path(output), metrics_path)

@@ -66,6 +66,7 @@ class StageFiles:
     output: Path
     metrics: Path
     checkpoint_dir: Path
+    init_adapter: Path | None = None  # train.init_adapter: the trained adapter GRPO continues
 
 
 def visible_gpus() -> list[str] | None:
@@ -157,6 +158,8 @@ def rank_arguments(config: TrainConfig, files: StageFiles, server: VllmServer | 
         json.dumps(config.model_dump(mode="json")),
         "--rank-process",
     ]
+    if files.init_adapter is not None:
+        args += ["--init-adapter", str(files.init_adapter)]
     if server is not None:
         args += ["--vllm-server-port", str(server.port), "--vllm-group-port", str(server.group_port)]
     return args
@@ -195,7 +198,9 @@ def _gpu_env(gpus: list[str] | None) -> dict[str, str]:
 
 def run_launched(config: TrainConfig, files: StageFiles) -> int:
     """Run the train job as several processes (see the module); the global step reached."""
-    _, finished = prepare_run(config, files.dataset, files.model, files.output, files.metrics, files.checkpoint_dir)
+    _, finished = prepare_run(
+        config, files.dataset, files.model, files.output, files.metrics, files.checkpoint_dir, files.init_adapter
+    )
     if finished is not None:
         return finished.global_step
     placement = place(config, visible_gpus())

@@ -90,6 +90,7 @@ def run_sft(tiny_model: Path, dataset: Path, folder: Path, max_steps: int) -> in
     )
 
 
+@pytest.mark.slow
 def test_the_stage_writes_an_adapter_and_a_longer_rerun_resumes(tiny_model, sft_dataset, tmp_path):
     assert run_sft(tiny_model, sft_dataset, tmp_path, max_steps=1) == 0
     adapter = tmp_path / "adapter"
@@ -105,3 +106,34 @@ def test_the_stage_writes_an_adapter_and_a_longer_rerun_resumes(tiny_model, sft_
     assert metrics.schema.names() == TRAINING_METRICS_SCHEMA.names
     losses = metrics.filter(pl.col("name") == "loss")
     assert losses["step"].to_list() == [1, 2]  # the resumed run's history holds the first run's step
+
+
+@pytest.mark.slow
+def test_grpo_continues_the_sft_adapter_of_its_own_shape_only(tiny_model, sft_dataset, refinement_dataset, tmp_path):
+    """train.init_adapter: sft. One GRPO step at a negligible rate ends where the SFT adapter began (a fresh
+    LoRA's B matrices are zero; these are not); an adapter of another shape is refused, naming its file."""
+    from safetensors.torch import load_file
+    from test_grpo import cpu_config
+    from torch.testing import assert_close
+    from transformers import AutoModelForCausalLM
+
+    from arc_pipeline.errors import PipelineError
+    from arc_pipeline.training.base_model import continue_adapter
+    from arc_pipeline.training.grpo import train
+    from arc_pipeline.training.sft import train_sft
+
+    sft = tmp_path / "sft"
+    train_sft(SftConfig(**dict(CPU, max_steps=1)), sft_dataset, tiny_model, sft / "adapter", sft / "metrics.parquet")
+    start = load_file(sft / "adapter" / "adapter_model.safetensors")
+    assert any(name.endswith("lora_B.weight") and weights.abs().sum() > 0 for name, weights in start.items())
+
+    config = cpu_config(init_adapter="sft", max_steps=1, learning_rate=1e-12)
+    rl = tmp_path / "rl"
+    train(
+        config, refinement_dataset(2), tiny_model, rl / "adapter", rl / "metrics.parquet", init_adapter=sft / "adapter"
+    )
+    assert_close(load_file(rl / "adapter" / "adapter_model.safetensors"), start, atol=1e-6, rtol=0)
+
+    base = AutoModelForCausalLM.from_pretrained(str(tiny_model))
+    with pytest.raises(PipelineError, match=r"adapter_config.json: the adapter's shape .* give sft and train the same"):
+        continue_adapter(base, sft / "adapter", cpu_config(lora_r=2))
