@@ -37,6 +37,8 @@ STAGES: dict[str, tuple[str, str]] = {
     "inference": ("arc_pipeline.stages.inference", "sample predictions with vLLM"),
     "execute": ("arc_pipeline.stages.execute", "run predicted programs in the sandbox and score them"),
     "refine-dataset": ("arc_pipeline.stages.refine_dataset", "build the second-turn dataset"),
+    "sft-dataset": ("arc_pipeline.stages.sft_dataset", "the SFT refiner's data: sampled refinements that solved"),
+    "sft": ("arc_pipeline.stages.sft", "supervised fine-tuning of a refinement LoRA adapter"),
     "train": ("arc_pipeline.stages.train", "GRPO training of a LoRA adapter"),
     "merge-adapter": ("arc_pipeline.stages.merge_adapter", "merge a LoRA adapter into the base model's weights"),
     "evaluate": ("arc_pipeline.stages.evaluate", "metric tables, voting, submission and pass@k"),
@@ -96,7 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 # Commands that run on a GPU: on a workstation they are pinned to free GPUs (arc_pipeline/gpu_slots.py).
-GPU_COMMANDS = {"inference", "train"}
+GPU_COMMANDS = {"inference", "sft", "train"}
 
 
 def _gpu_count(command: str, config_json: str) -> int:

@@ -101,6 +101,22 @@ REFINEMENT_SCHEMA = pa.schema(
     ]
 )
 
+# One row per kept second-turn completion of the SFT refiner's training set (stage sft_dataset): a
+# refinement prompt (REFINEMENT_SCHEMA, as rendered) and one of the base model's own completions of it that
+# solved its task, every train and test pair right, un-augmented (docs/scoring.md). TRL's prompt-completion
+# format: the loss covers the completion only.
+SFT_DATASET_SCHEMA = pa.schema(
+    [
+        pa.field("task_id", pa.string(), nullable=False),
+        pa.field("prompt", pa.string(), nullable=False),  # the refinement prompt, rendered with the chat template
+        pa.field("completion", pa.string(), nullable=False),  # the sampled second-turn answer, as generated
+        pa.field("prediction_id", pa.string(), nullable=False),  # the sampled completion (turn 2)
+        pa.field("source_prediction_id", pa.string(), nullable=False),  # the first-turn prediction it refines
+        pa.field("prompt_tokens", pa.int32(), nullable=False),
+        pa.field("completion_tokens", pa.int32(), nullable=False),
+    ]
+)
+
 # --- scoring tables (arc_pipeline.scoring.tables; docs/scoring.md) ---------------------
 # The per-task metric columns, in the published tables' order (docs/scoring.md); every value is a share in [0, 1] except
 # n_preds. `solved` is the strict version of is_correct: one single prediction right on train and

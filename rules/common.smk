@@ -106,6 +106,7 @@ def final_outputs():
         result("train/adapter"),
         result("evaluate/report/runs.md"),
         *([result("canary/verdict.md")] if WORKFLOW.canary.enabled else []),
+        *([result("sft/adapter")] if WORKFLOW.sft.enabled else []),
     ]
 
 

@@ -25,7 +25,9 @@ from arc_pipeline.stages.execute import ExecuteConfig
 from arc_pipeline.stages.inference import InferenceConfig
 from arc_pipeline.stages.model import ModelStageConfig
 from arc_pipeline.stages.refine_dataset import RefineDatasetConfig
+from arc_pipeline.stages.sft_dataset import SftDatasetConfig
 from arc_pipeline.training.config import TrainConfig
+from arc_pipeline.training.sft_config import SftConfig
 
 
 class BarcConfig(BaseModel):
@@ -120,6 +122,14 @@ class WorkflowConfig(BaseModel):
     )
     refine_dataset: RefineDatasetConfig = Field(description="stage refine_dataset: the second-turn training set")
     train: TrainConfig = Field(description="stage train: GRPO of the refinement LoRA")
+    sft_dataset: SftDatasetConfig = Field(
+        default_factory=SftDatasetConfig,
+        description="stage sft_dataset: the SFT refiner's training set, the base model's own solving refinements "
+        "(its rules run with sft.enabled, or when asked for)",
+    )
+    sft: SftConfig = Field(
+        default_factory=SftConfig, description="stage sft: supervised fine-tuning of a refinement LoRA (off by default)"
+    )
     evaluate: EvaluateConfig = Field(description="stage evaluate: the ARC-AGI evaluation runs and their tables")
     canary: CanaryConfig = Field(
         default_factory=CanaryConfig, description="stage canary: the learning canary's verdict (config/canary.yaml)"

@@ -78,7 +78,9 @@ class ExecuteConfig(BaseModel):
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--predictions", type=Path, required=True, help="predictions parquet (PREDICTIONS_SCHEMA)")
-    parser.add_argument("--tasks", type=Path, required=True, help="tasks parquet (TASKS_SCHEMA)")
+    parser.add_argument(
+        "--tasks", type=Path, nargs="+", required=True, help="tasks parquet(s) (TASKS_SCHEMA), e.g. every BARC part"
+    )
     parser.add_argument("--executions", type=Path, required=True, help="output: executions parquet")
     parser.add_argument("--metrics", type=Path, required=True, help="output: per-task metrics parquet")
     parser.add_argument("--metrics-md", type=Path, required=True, help="output: per-task metrics markdown")
@@ -101,7 +103,7 @@ def _read_inputs(args: argparse.Namespace) -> tuple[pl.DataFrame, dict[str, Task
     columns = pa.schema([PREDICTIONS_SCHEMA.field(name) for name in NEEDED_COLUMNS])
     try:
         predictions = read_frame(args.predictions, columns)
-        tasks = read_tasks_by_id([args.tasks])
+        tasks = read_tasks_by_id(args.tasks)
         check_predictions(predictions, tasks, source=str(args.predictions))
     except ValueError as error:  # check_predictions' message names the predictions file
         raise InputFileError(str(error)) from None
@@ -148,7 +150,7 @@ def run(args: argparse.Namespace) -> None:
             "%d of the %d tasks in %s have no predictions: the tables leave them out",
             len(tasks) - len(task_ids),
             len(tasks),
-            args.tasks,
+            ", ".join(str(path) for path in args.tasks),
         )
     test_known = {task_id: all(grid is not None for grid in tasks[task_id].test_outputs) for task_id in task_ids}
     metrics = task_metrics(executions, test_known)

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from arc_pipeline.config.slices import add_config_argument, parse_config
 from arc_pipeline.errors import PipelineError
-from arc_pipeline.io import check_parquet
+from arc_pipeline.io import InputFileError, check_parquet
 from arc_pipeline.schemas import REFINEMENT_SCHEMA
 from arc_pipeline.training.config import TrainConfig
 
@@ -32,6 +32,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output", type=Path, required=True, help="adapter folder to write")
     parser.add_argument("--metrics", type=Path, required=True, help="training metrics parquet to write")
     parser.add_argument("--checkpoint-dir", type=Path, help="checkpoints (default: <output>_checkpoints)")
+    parser.add_argument(
+        "--init-adapter", type=Path, help="trained adapter folder to continue (train.init_adapter: sft; the workflow)"
+    )
     parser.add_argument(
         "--threads",
         type=int,
@@ -58,13 +61,20 @@ def run(args: argparse.Namespace) -> int:
     # The inputs are checked here, in a second: training reads them only after importing torch and TRL.
     check_parquet(args.dataset, REFINEMENT_SCHEMA)
     check_model_dir(args.model)
+    if (config.init_adapter != "none") != (args.init_adapter is not None):
+        raise PipelineError(
+            f"train: init_adapter {config.init_adapter!r} "
+            + ("needs --init-adapter FOLDER" if args.init_adapter is None else "takes no --init-adapter")
+        )
+    if args.init_adapter is not None and not args.init_adapter.is_dir():
+        raise InputFileError(f"{args.init_adapter}: adapter folder not found")
     config = config.model_copy(update={"execution_workers": config.reward_workers(args.threads)})
     if config.launched and not args.rank_process:
         # several processes or a vLLM server: this process starts and watches them (docs/multi-gpu.md)
         from arc_pipeline.training.launch import StageFiles, run_launched
 
         checkpoints = args.checkpoint_dir or default_checkpoint_dir(args.output)
-        files = StageFiles(args.dataset, args.model, args.output, args.metrics, checkpoints)
+        files = StageFiles(args.dataset, args.model, args.output, args.metrics, checkpoints, args.init_adapter)
         log.info("training done at step %d", run_launched(config, files))
         return 0
     server = None
@@ -83,6 +93,7 @@ def run(args: argparse.Namespace) -> int:
         args.checkpoint_dir,
         server=server,
         rank_process=args.rank_process,
+        init_adapter=args.init_adapter,
     )
     log.info(
         "training done at step %d%s%s",

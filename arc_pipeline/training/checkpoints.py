@@ -17,14 +17,18 @@ import math
 import os
 import re
 import shutil
+from collections.abc import Callable, Collection
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from arc_pipeline.training.config import TrainConfig
+from pydantic import BaseModel
+
+from arc_pipeline.io import replace_folder
 
 log = logging.getLogger(__name__)
 
 FINGERPRINT_FILE = "run_fingerprint.json"
+SUMMARY_FILE = "training_summary.json"  # in the adapter folder: what the run did and its config
 REWARD_KEY = "reward"  # the trainer's logged mean reward of a window
 # Config fields that do not change what is learned: changing them keeps the checkpoints.
 _NOT_IN_FINGERPRINT = {
@@ -89,15 +93,27 @@ def model_content_digest(model_dir: str | os.PathLike) -> str:
     return digest.hexdigest()
 
 
-def run_fingerprint(config: TrainConfig, dataset_path: str | os.PathLike, model_dir: str | os.PathLike) -> dict:
+class StepLimited(Protocol):
+    """A training stage's config (``TrainConfig``, ``SftConfig``): what the end of its run is read from."""
+
+    max_steps: int
+
+
+def run_fingerprint(
+    config: BaseModel,
+    dataset_path: str | os.PathLike,
+    model_dir: str | os.PathLike,
+    not_in_fingerprint: Collection[str] = frozenset(_NOT_IN_FINGERPRINT),
+) -> dict:
     """What identifies a training run: checkpoints of a different run must not be resumed.
 
     Content only, no absolute path: results/ copied or moved elsewhere (scratch, another clone or
-    mount point) keeps its checkpoints.
+    mount point) keeps its checkpoints. ``not_in_fingerprint``: the config fields that do not change what
+    is learned (GRPO's by default; the SFT stage passes its own).
     """
     digest = hashlib.sha256(Path(dataset_path).read_bytes()).hexdigest()
     return {
-        "config": config.model_dump(mode="json", exclude=_NOT_IN_FINGERPRINT),
+        "config": config.model_dump(mode="json", exclude=set(not_in_fingerprint)),
         "dataset_sha256": digest,
         "model_sha256": model_content_digest(model_dir),
     }
@@ -179,7 +195,7 @@ def last_complete_checkpoint(folder: str | os.PathLike) -> Path | None:
     return None
 
 
-def reached_the_end(checkpoint: Path, config: TrainConfig) -> bool:
+def reached_the_end(checkpoint: Path, config: StepLimited) -> bool:
     """Whether the checkpoint is the run's last step (max_steps, or the planned steps of its epochs)."""
     state = json.loads((checkpoint / "trainer_state.json").read_text())
     step = int(state.get("global_step", 0))
@@ -219,3 +235,15 @@ def copy_adapter(checkpoint: Path, folder: Path) -> None:
         wanted = wanted or entry.name == "training_args.bin"
         if entry.is_file() and wanted and entry.name not in ("trainer_state.json", "rng_state.pth", FINGERPRINT_FILE):
             shutil.copy2(entry, folder / entry.name)
+
+
+def write_adapter(output: Path, save_model: Callable[[Path], None] | None, kept: Path | None, summary: dict) -> None:
+    """Write the run's adapter folder atomically: the trainer's final adapter (``save_model(folder)``) or, when
+    ``kept`` is set, that checkpoint's adapter, plus ``summary`` as :data:`SUMMARY_FILE`."""
+    with replace_folder(output) as staging:
+        if kept is None:
+            assert save_model is not None, "write_adapter needs save_model or a kept checkpoint"
+            save_model(staging)
+        else:
+            copy_adapter(kept, staging)
+        (staging / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n")

@@ -47,7 +47,24 @@ class CollapseGuardConfig(BaseModel):
         return any(v is not None for v in (self.max_truncated_share, self.min_entropy, self.max_entropy))
 
 
-class TrainConfig(BaseModel):
+class LoraSettings(BaseModel):
+    """The LoRA adapter's shape, one definition for every stage that trains one (``train``: GRPO, ``sft``):
+    an SFT adapter that GRPO continues must have the shape GRPO would have given it.
+
+    Published run: rank 1, rsLoRA, alpha 64, all attention and MLP projections."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    lora_r: PositiveInt = Field(1, description="LoRA rank (published run: 1, after 'LoRA without regret')")
+    lora_alpha: float = Field(64, gt=0, description="LoRA alpha (published run: 64)")
+    use_rslora: bool = Field(True, description="rank-stabilised scaling alpha/sqrt(r) (published run: on)")
+    lora_dropout: float = Field(0.0, ge=0, lt=1, description="LoRA dropout (published run: 0)")
+    lora_target_modules: list[str] = Field(
+        default_factory=lambda: list(ALL_PROJECTIONS), description="modules that get an adapter (published run: all 7)"
+    )
+
+
+class TrainConfig(LoraSettings):
     """GRPO of a LoRA adapter on the refinement dataset. Field descriptions say where defaults come from."""
 
     model_config = ConfigDict(extra="forbid")
@@ -55,6 +72,12 @@ class TrainConfig(BaseModel):
     # ---- backend
     backend: Literal["trl", "unsloth"] = Field(
         "trl", description="trl: plain TRL + peft; unsloth: Unsloth's patched model and trainer (GPU only, lazy import)"
+    )
+    init_adapter: Literal["none", "sft"] = Field(
+        "none",
+        description="the adapter GRPO starts from: none = a fresh LoRA; sft = the sft stage's adapter (SFT then "
+        "RL: the workflow makes <results_dir>/sft/adapter an input of the train job). Its LoRA shape must be the "
+        "lora_* fields' (set sft's alike); the KL reference stays the base model (the adapter disabled). Backend trl",
     )
     use_vllm: bool = Field(
         False, description="generate with vLLM, colocated in each training process or as a server (vllm_mode; GPU only)"
@@ -130,15 +153,6 @@ class TrainConfig(BaseModel):
         "full-length step's 84k tokens are prompt. Backend trl (unsloth computes its own log-probs)",
     )
     seed: int = Field(42, description="seed of adapter initialisation, data order and sampling")
-
-    # ---- LoRA (published run: rank 1, rsLoRA, alpha 64, all attention and MLP projections)
-    lora_r: PositiveInt = Field(1, description="LoRA rank (published run: 1, after 'LoRA without regret')")
-    lora_alpha: float = Field(64, gt=0, description="LoRA alpha (published run: 64)")
-    use_rslora: bool = Field(True, description="rank-stabilised scaling alpha/sqrt(r) (published run: on)")
-    lora_dropout: float = Field(0.0, ge=0, lt=1, description="LoRA dropout (published run: 0)")
-    lora_target_modules: list[str] = Field(
-        default_factory=lambda: list(ALL_PROJECTIONS), description="modules that get an adapter (published run: all 7)"
-    )
 
     # ---- optimisation
     learning_rate: float = Field(4e-6, gt=0, description="published run: 4e-6")
@@ -314,6 +328,8 @@ class TrainConfig(BaseModel):
             raise ValueError("max_completion_length must be smaller than max_seq_length")
         if self.use_cpu and self.bf16:
             raise ValueError("bf16 is for GPUs: set bf16 false with use_cpu true")
+        if self.init_adapter != "none" and self.backend != "trl":
+            raise ValueError("init_adapter needs backend trl (unsloth attaches its own fresh LoRA)")
         if self.use_cpu and (self.use_vllm or self.backend == "unsloth"):
             raise ValueError("use_vllm and the unsloth backend need a GPU: they cannot be used with use_cpu")
         if self.soft_overlong_cache >= self.max_completion_length:

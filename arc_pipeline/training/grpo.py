@@ -25,17 +25,19 @@ from pathlib import Path
 from typing import Any
 
 from arc_pipeline.errors import PipelineError
-from arc_pipeline.io import InputFileError, read_frame, replace_folder, share_like_umask, write_table
-from arc_pipeline.models.tokens import adds_bos, stop_token_ids
+from arc_pipeline.io import InputFileError, read_frame, share_like_umask, write_table
+from arc_pipeline.models.tokens import stop_token_ids
 from arc_pipeline.schemas import REFINEMENT_SCHEMA, TRAINING_METRICS_SCHEMA
+from arc_pipeline.training.base_model import continue_adapter, load_causal_lm, strip_rendered_bos
 from arc_pipeline.training.checkpoints import (
     best_checkpoint,
-    copy_adapter,
     default_checkpoint_dir,
     last_complete_checkpoint,
+    model_content_digest,
     prepare_checkpoint_dir,
     reached_the_end,
     run_fingerprint,
+    write_adapter,
 )
 from arc_pipeline.training.config import TrainConfig
 from arc_pipeline.training.ports import claim_rendezvous_port
@@ -54,7 +56,6 @@ DATASET_COLUMNS = [
     "test_outputs",
     "test_index",
 ]
-SUMMARY_FILE = "training_summary.json"
 
 
 # ------------------------------------------------------------------ dataset
@@ -84,15 +85,7 @@ def load_refinement_dataset(path: str | os.PathLike, tokenizer: Any, config: Tra
         )
     if frame.height == 0:
         raise InputFileError(f"{path}: no refinement prompt to train on ({total} rows, {dropped} too long)")
-    if adds_bos(tokenizer) and not config.double_bos:
-        bos = tokenizer.bos_token
-        frame = frame.with_columns(
-            pl.when(pl.col("prompt").str.starts_with(bos))
-            .then(pl.col("prompt").str.slice(len(bos)))
-            .otherwise(pl.col("prompt"))
-            .alias("prompt")
-        )
-    frame = frame.select(DATASET_COLUMNS)
+    frame = strip_rendered_bos(frame, tokenizer, config.double_bos).select(DATASET_COLUMNS)
     if config.task_repeats > 1:
         frame = frame.sample(fraction=1.0, shuffle=True, seed=config.seed)
         frame = frame.select(pl.all().repeat_by(config.task_repeats)).explode(pl.all())
@@ -103,20 +96,21 @@ def load_refinement_dataset(path: str | os.PathLike, tokenizer: Any, config: Tra
 # ------------------------------------------------------------------ model and trainer configuration
 
 
-def load_model(config: TrainConfig, model_dir: str | os.PathLike) -> tuple[Any, Any, Any]:
+def load_model(
+    config: TrainConfig, model_dir: str | os.PathLike, init_adapter: str | os.PathLike | None = None
+) -> tuple[Any, Any, Any]:
     """``(model, tokenizer, peft_config)``: for ``trl`` a plain model and a LoRA config for TRL to apply,
-    for ``unsloth`` Unsloth's model with its LoRA already attached (peft_config None)."""
+    for ``unsloth`` Unsloth's model with its LoRA already attached (peft_config None); with ``init_adapter``
+    the model with that trained adapter on, trainable (peft_config None)."""
     from arc_pipeline.models.folder import load_tokenizer
 
     tokenizer = load_tokenizer(model_dir)
     tokenizer.padding_side = "left"
     if config.backend == "unsloth":
         return _load_unsloth_model(config, model_dir), tokenizer, None
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    dtype = torch.bfloat16 if config.bf16 else torch.float32
-    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=dtype)
+    model = load_causal_lm(model_dir, config.bf16)
+    if init_adapter is not None:
+        return continue_adapter(model, init_adapter, config), tokenizer, None
     return model, tokenizer, lora_config(config)
 
 
@@ -177,11 +171,13 @@ def train(
     callbacks: Sequence[Any] = (),
     server: VllmServer | None = None,
     rank_process: bool = False,
+    init_adapter: str | os.PathLike | None = None,
 ) -> TrainResult:
     """Train (or resume), then write the adapter folder ``output`` and the metrics parquet.
 
     ``extra_rewards`` are ``(reward function, weight)`` pairs added to the ARC reward (tests use a
-    learnable one); ``callbacks`` are extra ``TrainerCallback`` objects. ``rank_process``: this is one of
+    learnable one); ``callbacks`` are extra ``TrainerCallback`` objects; ``init_adapter``: the trained adapter
+    to continue instead of a fresh LoRA (``init_adapter: sft``). ``rank_process``: this is one of
     the processes arc_pipeline/training/launch.py started, which has already prepared the checkpoint
     folder (and handled a finished run); ``server`` is its vLLM server in server mode.
     """
@@ -213,12 +209,14 @@ def train(
         if resume is not None:
             log.info("resuming from %s", resume)
     else:
-        resume, finished = prepare_run(config, dataset_path, model_dir, output, metrics_path, checkpoint_dir)
+        resume, finished = prepare_run(
+            config, dataset_path, model_dir, output, metrics_path, checkpoint_dir, init_adapter
+        )
         if finished is not None:
             return finished
         if config.use_vllm and config.vllm_mode == "colocate":
             claim_rendezvous_port()  # the colocated engine's group: a port of its own, never TRL's fixed 29500
-    model, tokenizer, peft_config = load_model(config, model_dir)
+    model, tokenizer, peft_config = load_model(config, model_dir, init_adapter)
     dataset, dataset_counts = load_refinement_dataset(dataset_path, tokenizer, config)
     guard = CollapseGuard(config.collapse_guard)
     phases = PhaseTimer()
@@ -292,10 +290,14 @@ def prepare_run(
     output: str | os.PathLike,
     metrics_path: str | os.PathLike,
     checkpoint_dir: Path,
+    init_adapter: str | os.PathLike | None = None,
 ) -> tuple[Path | None, TrainResult | None]:
     """Prepare the checkpoint folder: ``(checkpoint to resume from, None)``, or ``(checkpoint, result)`` when
     that checkpoint already finished the run and its adapter and metrics were written instead of training."""
-    resume = prepare_checkpoint_dir(checkpoint_dir, run_fingerprint(config, dataset_path, model_dir), model_dir)
+    fingerprint = run_fingerprint(config, dataset_path, model_dir)
+    if init_adapter is not None:  # only then: checkpoints of runs from a fresh LoRA keep their fingerprint
+        fingerprint["init_adapter_sha256"] = model_content_digest(init_adapter)
+    resume = prepare_checkpoint_dir(checkpoint_dir, fingerprint, model_dir)
     if resume is not None and reached_the_end(resume, config):
         # A forced rerun of a finished training: resuming would train past max_steps.
         return resume, _finished_from_checkpoint(resume, config, Path(output), metrics_path)
@@ -327,17 +329,12 @@ def _write_adapter(
     trainer: Any, output: Path, kept: Path | None, config: TrainConfig, result: TrainResult, guard: Any
 ) -> None:
     """Write the adapter (the trainer's, or the kept checkpoint's) and the run summary, swapped in atomically."""
-    with replace_folder(output) as staging:
-        if kept is None:
-            trainer.save_model(str(staging))
-        else:
-            copy_adapter(kept, staging)
-        summary = {
-            **dataclasses.asdict(result),
-            "collapse_reasons": guard.reasons if result.stopped_by_guard else [],
-            "config": config.model_dump(mode="json"),
-        }
-        (staging / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n")
+    summary = {
+        **dataclasses.asdict(result),
+        "collapse_reasons": guard.reasons if result.stopped_by_guard else [],
+        "config": config.model_dump(mode="json"),
+    }
+    write_adapter(output, None if trainer is None else lambda folder: trainer.save_model(str(folder)), kept, summary)
     log.info(
         "adapter written to %s (step %d%s)",
         output,

@@ -35,8 +35,9 @@ from pathlib import Path
 
 from arc_pipeline.cli import RANK_ERRORS_VARIABLE
 from arc_pipeline.errors import PipelineError
+from arc_pipeline.training.checkpoints import SUMMARY_FILE
 from arc_pipeline.training.config import TrainConfig
-from arc_pipeline.training.grpo import SUMMARY_FILE, prepare_run
+from arc_pipeline.training.grpo import prepare_run
 from arc_pipeline.training.ports import HOST, free_ports
 from arc_pipeline.training.processes import StageStopped, Supervisor
 from arc_pipeline.training.trainer_args import VllmServer
@@ -65,6 +66,7 @@ class StageFiles:
     output: Path
     metrics: Path
     checkpoint_dir: Path
+    init_adapter: Path | None = None  # train.init_adapter: the trained adapter GRPO continues
 
 
 def visible_gpus() -> list[str] | None:
@@ -156,6 +158,8 @@ def rank_arguments(config: TrainConfig, files: StageFiles, server: VllmServer | 
         json.dumps(config.model_dump(mode="json")),
         "--rank-process",
     ]
+    if files.init_adapter is not None:
+        args += ["--init-adapter", str(files.init_adapter)]
     if server is not None:
         args += ["--vllm-server-port", str(server.port), "--vllm-group-port", str(server.group_port)]
     return args
@@ -194,7 +198,9 @@ def _gpu_env(gpus: list[str] | None) -> dict[str, str]:
 
 def run_launched(config: TrainConfig, files: StageFiles) -> int:
     """Run the train job as several processes (see the module); the global step reached."""
-    _, finished = prepare_run(config, files.dataset, files.model, files.output, files.metrics, files.checkpoint_dir)
+    _, finished = prepare_run(
+        config, files.dataset, files.model, files.output, files.metrics, files.checkpoint_dir, files.init_adapter
+    )
     if finished is not None:
         return finished.global_step
     placement = place(config, visible_gpus())

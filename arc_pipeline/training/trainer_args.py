@@ -16,12 +16,13 @@ from pathlib import Path
 from typing import Any
 
 from arc_pipeline.errors import PipelineError
-from arc_pipeline.training.config import TrainConfig
+from arc_pipeline.training.config import LoraSettings, TrainConfig
 
 log = logging.getLogger(__name__)
 
 
-def lora_config(config: TrainConfig) -> Any:
+def lora_config(config: LoraSettings) -> Any:
+    """peft's LoraConfig of a fresh adapter, the same for GRPO (``train``) and SFT (``sft``)."""
     from peft import LoraConfig
 
     return LoraConfig(
@@ -33,6 +34,13 @@ def lora_config(config: TrainConfig) -> Any:
         bias="none",
         task_type="CAUSAL_LM",
     )
+
+
+def warmup(arguments_class: type, ratio: float) -> dict[str, float]:
+    """The warm-up as a share of the steps, in the name this transformers version reads: transformers 5 folded
+    ``warmup_ratio`` into ``warmup_steps`` (a float below 1 is a ratio)."""
+    known = {f.name for f in dataclasses.fields(arguments_class)}
+    return {"warmup_ratio": ratio} if "warmup_ratio" in known else {"warmup_steps": ratio}
 
 
 @dataclass(frozen=True)
@@ -134,11 +142,7 @@ def grpo_arguments(
     if config.use_cpu and config.training_processes > 1:
         values["ddp_backend"] = "gloo"  # CPU processes: NCCL needs GPUs
     known = {f.name for f in dataclasses.fields(GRPOConfig)}
-    # transformers 5 folded warmup_ratio into warmup_steps (a float below 1 is a ratio)
-    if "warmup_ratio" in known:
-        values["warmup_ratio"] = config.warmup_ratio
-    else:
-        values["warmup_steps"] = config.warmup_ratio
+    values.update(warmup(GRPOConfig, config.warmup_ratio))
     unknown = sorted(set(values) - known)
     # these change what is learned (docs/reproduction.md): never drop them silently
     required = {

@@ -99,3 +99,42 @@ def test_default_config_evaluates_with_the_inference_context() -> None:
     assert {config["timeout_s"] for _, config in planned["execute"]} == {default["execute"]["timeout_s"]}
     [(words, _)] = planned["evaluate"]
     assert words[words.index("--execution-rules") + 1] == "strict"
+
+
+def writes(words: list[str], path: str) -> bool:
+    return any(word.endswith(path) for word in words)
+
+
+def test_sft_rules_join_the_dag_only_when_switched_on() -> None:
+    """sft.enabled adds the SFT refiner's jobs to a preset's run: the base model samples
+    sft_dataset.samples_per_prompt answers per training-set refinement prompt, they run on every BARC part's
+    tasks, and the sft stage's slice leaves the switch out (turning it on reruns nothing trained)."""
+    preset = ("--configfile", "config/barc-multiturn.yaml")
+    default = planned_configs("all", *preset)
+    assert not {"sft", "sft-dataset"} & set(default)
+    assert "--init-adapter" not in default["train"][0][0]
+    planned = planned_configs("all", *preset, "--config", "sft={enabled: true}", "sft_dataset={samples_per_prompt: 4}")
+    [(sft_words, sft_config)] = planned["sft"]
+    assert "enabled" not in sft_config and sft_words[sft_words.index("--dataset") + 1].endswith(
+        "sft_dataset/sft.parquet"
+    )
+    [(_, dataset_config)] = planned["sft-dataset"]
+    assert dataset_config == {"samples_per_prompt": 4, "max_per_task": 4}
+    [(sampling_words, sampling)] = [
+        (w, c) for w, c in planned["inference"] if writes(w, "sft_dataset/predictions.parquet")
+    ]
+    assert sampling_words[sampling_words.index("--refinements") + 1].endswith("refine_dataset/refinement.parquet")
+    assert (sampling["n"], sampling["n_predictions"]) == (4, 4)
+    [(execute_words, _)] = [(w, c) for w, c in planned["execute"] if writes(w, "sft_dataset/executions.parquet")]
+    n_parts = yaml.safe_load((REPO / "config" / "barc-multiturn.yaml").read_text())["barc"]["split"]["n_parts"]
+    assert sum("barc_split/part" in word for word in execute_words) == n_parts
+    assert "--init-adapter" not in planned["train"][0][0]  # sft on: the RL refiner still starts afresh
+
+
+def test_sft_then_rl_makes_the_sft_adapter_an_input_of_train() -> None:
+    planned = planned_configs(
+        "train", "--configfile", "config/barc-multiturn.yaml", "--config", "train={init_adapter: sft}"
+    )
+    assert {"sft", "sft-dataset"} <= set(planned)  # the adapter is built first
+    [(words, config)] = planned["train"]
+    assert words[words.index("--init-adapter") + 1].endswith("sft/adapter") and config["init_adapter"] == "sft"
