@@ -271,6 +271,8 @@ RUNS_SCHEMA = pa.schema(
     RUN_LABEL_FIELDS
     + [pa.field(name, pa.float64(), nullable=True) for name in TASK_METRIC_COLUMNS if name != "n_preds"]
     + [pa.field("dropped prompts", pa.int64(), nullable=True)]
+    # the adapter folder whose refinements the run holds (null: baseline and base refines)
+    + [pa.field("adapter", pa.string(), nullable=True)]
 )
 
 # Every run's per-task metric table (METRICS_SCHEMA columns, tasks only: the MEAN rows are in runs.parquet)

@@ -2,7 +2,21 @@
 # refinements of their wrong answers by the base model, the trained adapter and any extra adapters.
 import json
 
-REFINERS = ["base", "rl", *WORKFLOW.evaluate.extra_adapters]
+# refiner name -> its adapter folder (base refines with none): rl is rule train's, sft rule sft's (its runs with
+# sft.enabled), sft_rl rule train_sft_rl's (sft.compare_sft_then_rl); then the extra adapters
+REFINER_ADAPTERS = {
+    "rl": rules.train.output.adapter,
+    "sft": rules.sft.output.adapter,
+    **({"sft_rl": rules.train_sft_rl.output.adapter} if WORKFLOW.sft.compare_sft_then_rl else {}),
+    **WORKFLOW.evaluate.extra_adapters,
+}
+REFINERS = [
+    "base",
+    "rl",
+    *(["sft"] if WORKFLOW.sft.enabled else []),
+    *(["sft_rl"] if WORKFLOW.sft.compare_sft_then_rl else []),
+    *WORKFLOW.evaluate.extra_adapters,
+]
 EVAL_SHARDS = list(range(WORKFLOW.evaluate.shards))
 
 
@@ -60,9 +74,13 @@ def published_outputs():
 def refiner_adapter(wildcards):
     if wildcards.refiner == "base":
         return []
-    if wildcards.refiner == "rl":
-        return rules.train.output.adapter
-    return WORKFLOW.evaluate.extra_adapters[wildcards.refiner]
+    return REFINER_ADAPTERS[wildcards.refiner]
+
+
+def adapters_option():
+    """--adapters NAME=FOLDER of every evaluated refiner with an adapter: runs.md's adapter column."""
+    pairs = [f"{name}={REFINER_ADAPTERS[name]}" for name in REFINERS if name in REFINER_ADAPTERS]
+    return " ".join(shlex.quote(pair) for pair in pairs)
 
 
 def runs_merged(refiner):
@@ -265,12 +283,13 @@ rule evaluate:
     params:
         cfg=config_slice("evaluate"),
         refiners=" ".join(REFINERS),
+        adapters=adapters_option(),
         rules=evaluation_execution()["rules"],
         outdir=result("evaluate/report"),
     shell:
         "arc-pipeline --log-file {log} evaluate --tasks {input.tasks}"
         " --baseline-predictions {input.baseline_predictions} --baseline {input.baseline}"
         " --refiners {params.refiners} --refinement-predictions {input.refinement_predictions}"
-        " --refinements {input.refinements} --training-metrics {input.training_metrics}"
+        " --refinements {input.refinements} --adapters {params.adapters} --training-metrics {input.training_metrics}"
         " --dropped-refinement-prompts {input.dropped_prompts} --execution-rules {params.rules}"
         " --output-dir {params.outdir} --config-json {params.cfg}"

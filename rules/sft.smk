@@ -11,8 +11,9 @@ def sft_inference_slice():
 
 
 def sft_stage_slice():
-    """The `sft` section without `enabled`: switching the targets on must not rerun a trained adapter."""
-    value = {key: item for key, item in config["sft"].items() if key != "enabled"}
+    """The `sft` section without its switches (enabled, compare_sft_then_rl): switching targets on must not rerun a
+    trained adapter."""
+    value = {key: item for key, item in config["sft"].items() if key not in ("enabled", "compare_sft_then_rl")}
     return shlex.quote(json.dumps(value, sort_keys=True))
 
 

@@ -13,7 +13,7 @@ the training prompt limit is ``train``'s, the refinement runs' first half is ``e
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, model_validator
 
 from arc_pipeline.stages.arc_tasks import ArcTasksConfig
 from arc_pipeline.stages.barc_download import BarcDownloadConfig
@@ -135,6 +135,27 @@ class WorkflowConfig(BaseModel):
         default_factory=CanaryConfig, description="stage canary: the learning canary's verdict (config/canary.yaml)"
     )
     cluster: ClusterConfig = Field(default_factory=ClusterConfig, description="job resources")
+
+    @model_validator(mode="after")
+    def _check_refiners(self) -> WorkflowConfig:
+        """The evaluation's refiner names (rules/evaluate.smk: base, rl, sft, sft_rl, extra adapters) are unique,
+        and SFT then RL beside RL alone (sft.compare_sft_then_rl) has what it needs."""
+        taken = {"base", "rl"} | ({"sft"} if self.sft.enabled else set())
+        taken |= {"sft_rl"} if self.sft.compare_sft_then_rl else set()
+        clash = sorted(taken & set(self.evaluate.extra_adapters))
+        if clash:
+            raise ValueError(f"evaluate.extra_adapters: {clash} name the workflow's own refiners; rename them")
+        if self.sft.compare_sft_then_rl:
+            if not self.sft.enabled:
+                raise ValueError("sft.compare_sft_then_rl needs sft.enabled true (the SFT adapter it continues)")
+            if self.train.init_adapter != "none":
+                raise ValueError(
+                    "sft.compare_sft_then_rl compares GRPO from the SFT adapter with GRPO from a fresh LoRA: set "
+                    "train.init_adapter none (with sft, the rl refiner is already SFT then RL)"
+                )
+            if self.train.backend != "trl":
+                raise ValueError("sft.compare_sft_then_rl needs train.backend trl (init_adapter's backend)")
+        return self
 
 
 # Sections and fields renamed or removed, with what replaces them: old override files still work (renamed

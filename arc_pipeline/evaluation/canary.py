@@ -20,6 +20,8 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import polars as pl
 
+from arc_pipeline.evaluation.runs import refiner_label
+
 BASE_REFINES_RUN = "refine_base"
 RL_REFINER_RUN = "refine_rl"
 BASELINE_RUN = "baseline"
@@ -156,6 +158,19 @@ def decide(
 
 
 RUN_LABELS = {BASELINE_RUN: "base", BASE_REFINES_RUN: "base refines", RL_REFINER_RUN: "RL-refiner"}
+VERDICT_RUNS = (BASELINE_RUN, BASE_REFINES_RUN, RL_REFINER_RUN)
+
+
+def verdict_runs(tasks: pl.DataFrame) -> list[str]:
+    """The runs of the verdict table: baseline, base refines and the RL-refiner (the verdict's), then every other
+    run of the evaluation (sft, sft_rl, extra adapters) in its order, estimated alike for comparison."""
+    others = [run for run in tasks["run"].unique(maintain_order=True).to_list() if run not in VERDICT_RUNS]
+    return [*VERDICT_RUNS, *others]
+
+
+def run_label(run: str) -> str:
+    """A run's row label: the evaluation's label of its refiner (refine_sft: SFT-refiner), else its id."""
+    return RUN_LABELS.get(run) or (refiner_label(run.removeprefix("refine_")) if run.startswith("refine_") else run)
 
 
 def verdict_markdown(verdict: Verdict, metric: str) -> str:
@@ -175,7 +190,7 @@ def verdict_markdown(verdict: Verdict, metric: str) -> str:
         "",
         "| run | is_correct |",
         "|---|---:|",
-        *(f"| {RUN_LABELS.get(run, run)} | {interval(estimate)} |" for run, estimate in verdict.is_correct.items()),
+        *(f"| {run_label(run)} | {interval(estimate)} |" for run, estimate in verdict.is_correct.items()),
         f"| **RL-refiner - base refines** | **{interval(verdict.gain).replace('%', ' pts', 1)}** |",
         "",
         f"Needs a gain of at least {verdict.min_is_correct_gain * 100:.0f} points.",
@@ -204,7 +219,7 @@ def plot_canary(curve: pl.DataFrame, verdict: Verdict, path) -> None:
         [(verdict.is_correct[run]["mean"] - verdict.is_correct[run]["low"]) * 100 for run in runs],
         [(verdict.is_correct[run]["high"] - verdict.is_correct[run]["mean"]) * 100 for run in runs],
     ]
-    right.bar([RUN_LABELS.get(run, run) for run in runs], means, yerr=errors, capsize=6)
+    right.bar([run_label(run) for run in runs], means, yerr=errors, capsize=6)
     right.set(ylabel="is_correct (%)", ylim=(0, 100), title=f"held-out tasks ({verdict.heldout_tasks}), 95% CI")
     fig.suptitle(f"learning canary: {'PASSED' if verdict.passed else 'FAILED'}")
     _save(fig, path)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from arc_pipeline.evaluation.runs import DROPPED_PROMPTS
+from arc_pipeline.evaluation.runs import ADAPTER, DROPPED_PROMPTS
 from arc_pipeline.schemas import TASK_METRIC_COLUMNS
 from arc_pipeline.scoring.tables import runs_table
 
@@ -47,7 +47,7 @@ def comparison_table(results: pl.DataFrame, rules: str) -> pl.DataFrame:
     """Published rows then this run's rows; ``source`` tells them apart and ``execution rules`` names
     the rules each was scored under (``rules``: this run's ``execute.rules``). This run's ``solved``
     column is kept, null ("-") for the published rows, which did not report it."""
-    ours = results.drop("run", strict=False).with_columns(
+    ours = results.drop("run", ADAPTER, strict=False).with_columns(
         pl.lit("this run").alias("source"), pl.lit(rules).alias(RULES_COLUMN)
     )
     published = published_table().with_columns(

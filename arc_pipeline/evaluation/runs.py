@@ -21,7 +21,9 @@ log = logging.getLogger(__name__)
 BASELINE_RUN = "baseline"
 BASELINE_LABEL = "base"
 # refiner name (rules/evaluate.smk) -> its label in the published tables (docs/defaults.md); others keep their name
-REFINER_LABELS = {"base": "base refines", "rl": "RL-refiner"}
+REFINER_LABELS = {"base": "base refines", "rl": "RL-refiner", "sft": "SFT-refiner", "sft_rl": "SFT+RL-refiner"}
+# runs.parquet / runs.md: the adapter folder that produced a run's refinements (null: the base model's)
+ADAPTER = "adapter"
 
 
 def refiner_label(refiner: str) -> str:
@@ -71,6 +73,7 @@ class Run:
     initial: int
     refinement: int
     executions: pl.DataFrame
+    adapter: str | None = None
 
     def labels(self) -> dict[str, object]:
         return {"initial": self.initial, "refinement": self.refinement, "model": self.model}
@@ -93,12 +96,18 @@ def build_runs(
     refinements: Mapping[str, pl.DataFrame],
     n_first: int,
     refinement_predictions: Mapping[str, pl.DataFrame] | None = None,
+    adapters: Mapping[str, str] | None = None,
 ) -> list[Run]:
     """The baseline run, then one run per refiner (in the mapping's order).
 
     ``refinements`` maps a refiner name to its executions; ``refinement_predictions`` (same keys),
-    when given, is checked to refine only first-half predictions.
+    when given, is checked to refine only first-half predictions; ``adapters`` names the adapter folder of
+    each refiner that has one.
     """
+    adapters = adapters or {}
+    stray = sorted(set(adapters) - set(refinements))
+    if stray:
+        raise ValueError(f"adapters of refiners without refinements: {stray}")
     baseline = baseline_executions.filter(pl.col("turn") == 1)
     runs = [Run(BASELINE_RUN, BASELINE_LABEL, most_per_task(baseline), 0, baseline)]
     first_ids = first_half_ids(baseline_predictions, n_first)
@@ -120,6 +129,7 @@ def build_runs(
                 most_per_task(half),
                 most_per_task(executions),
                 combined,
+                adapters.get(refiner),
             )
         )
     return runs
@@ -131,9 +141,10 @@ def run_task_metrics(runs: list[Run], test_known: Mapping[str, bool]) -> dict[st
 
 
 def results_table(runs: list[Run], metrics: Mapping[str, pl.DataFrame]) -> pl.DataFrame:
-    """One row per run: ``run, initial, refinement, model`` and the MEAN metrics (``RUNS_SCHEMA``)."""
+    """One row per run: ``run, initial, refinement, model``, the MEAN metrics and ``adapter`` (``RUNS_SCHEMA``)."""
     rows = [summary_row(metrics[run.name], {"run": run.name, **run.labels()}) for run in runs]
-    return runs_table(rows).with_columns(pl.col("initial", "refinement").cast(pl.Int64))
+    adapters = pl.Series(ADAPTER, [run.adapter for run in runs], dtype=pl.String)
+    return runs_table(rows).with_columns(pl.col("initial", "refinement").cast(pl.Int64), adapters)
 
 
 DROPPED_PROMPTS = "dropped prompts"
@@ -144,12 +155,8 @@ def with_dropped_prompts(results: pl.DataFrame, dropped: int | None) -> pl.DataF
     dropped as longer than the refinement inference's context allows (the same prompts for every
     refiner); null for the baseline, which has none, and everywhere when the count is unknown."""
     count = pl.lit(dropped, dtype=pl.Int64)
-    return results.with_columns(
-        pl.when(pl.col("run") == BASELINE_RUN)
-        .then(pl.lit(None, dtype=pl.Int64))
-        .otherwise(count)
-        .alias(DROPPED_PROMPTS)
-    )
+    column = pl.when(pl.col("run") == BASELINE_RUN).then(pl.lit(None, dtype=pl.Int64)).otherwise(count)
+    return results.with_columns(column.alias(DROPPED_PROMPTS)).select(pl.exclude(ADAPTER), ADAPTER)  # adapter last
 
 
 def seeds_table(results: pl.DataFrame) -> pl.DataFrame:

@@ -53,15 +53,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from arc_pipeline.evaluation.canary import (
-        BASE_REFINES_RUN,
         BASELINE_RUN,
-        RL_REFINER_RUN,
         bootstrap_means,
         decide,
         plot_canary,
         reward_curve,
         reward_windows,
         verdict_markdown,
+        verdict_runs,
     )
 
     config = parse_config(args, CanaryConfig)
@@ -69,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
     tasks = read_frame(args.tasks, RUN_TASK_METRICS_SCHEMA)
     try:
         windows = reward_windows(metrics, args.reward_metric, config.window)
-        runs = [BASELINE_RUN, BASE_REFINES_RUN, RL_REFINER_RUN]
+        runs = verdict_runs(tasks)
         estimates = bootstrap_means(tasks, runs, config.bootstrap_samples, config.seed)
     except ValueError as error:
         raise PipelineError(f"canary: {error} ({args.training_metrics}, {args.tasks})") from None

@@ -109,7 +109,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tasks", type=Path, required=True, help="evaluation tasks parquet (TASKS_SCHEMA)")
     parser.add_argument("--baseline-predictions", type=Path, required=True, help="baseline predictions parquet")
     parser.add_argument("--baseline", type=Path, required=True, help="baseline executions parquet")
-    parser.add_argument("--refiners", nargs="*", default=[], help="refiner names (base, rl, extra adapters)")
+    parser.add_argument(
+        "--refiners", nargs="*", default=[], help="refiner names (base, rl, sft, sft_rl, extra adapters)"
+    )
     parser.add_argument(
         "--refinement-predictions",
         type=Path,
@@ -119,6 +121,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--refinements", type=Path, nargs="*", default=[], help="each refiner's executions parquet, in --refiners order"
+    )
+    parser.add_argument(
+        "--adapters",
+        nargs="*",
+        default=[],
+        metavar="NAME=FOLDER",
+        help="the adapter folder of each refiner that has one: runs.md's adapter column (none: the base model)",
     )
     parser.add_argument("--training-metrics", type=Path, help="training metrics parquet (TRAINING_METRICS_SCHEMA)")
     parser.add_argument(
@@ -150,6 +159,9 @@ def check_inputs(args: argparse.Namespace, tasks: dict[str, Task], baseline: pl.
             f"({len(args.refinement_predictions)}) and --refinements ({len(args.refinements)}) "
             "must be given once per refiner, in the same order"
         )
+    malformed = [pair for pair in args.adapters if "=" not in pair or pair.split("=", 1)[0] not in args.refiners]
+    if malformed:
+        raise PipelineError(f"--adapters: {malformed} are not NAME=FOLDER pairs of --refiners names")
     unknown = set(baseline["task_id"].unique().to_list()) - set(tasks)
     if unknown:
         raise InputFileError(f"{args.baseline}: tasks not in {args.tasks}: {sorted(unknown)[:5]}")
@@ -170,7 +182,10 @@ def evaluate(args: argparse.Namespace, config: EvaluateConfig) -> dict[str, Path
     predicted = set(baseline["task_id"].unique().to_list())
     evaluated = {task_id: task for task_id, task in tasks.items() if task_id in predicted}
     test_known = {task_id: all(g is not None for g in task.test_outputs) for task_id, task in evaluated.items()}
-    runs = build_runs(baseline_predictions, baseline, refinements, config.first_predictions, refinement_predictions)
+    adapters = dict(pair.split("=", 1) for pair in args.adapters)
+    runs = build_runs(
+        baseline_predictions, baseline, refinements, config.first_predictions, refinement_predictions, adapters
+    )
 
     # the results table, per-task tables and the published comparison
     metrics = run_task_metrics(runs, test_known)

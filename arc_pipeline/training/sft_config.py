@@ -15,7 +15,7 @@ from arc_pipeline.training.config import LoraSettings
 # Config fields that do not change what is learned: changing them keeps the checkpoints (max_steps too, as
 # GRPO's: a longer run resumes the shorter one).
 SFT_NOT_IN_FINGERPRINT = frozenset(
-    {"enabled", "report_to", "logging_steps", "save_steps", "save_total_limit", "max_steps"}
+    {"enabled", "compare_sft_then_rl", "report_to", "logging_steps", "save_steps", "save_total_limit", "max_steps"}
 )
 
 
@@ -28,6 +28,12 @@ class SftConfig(LoraSettings):
         False,
         description="add the SFT refiner (sft_dataset's sampling and this stage) to the workflow's targets; off, "
         "its rules still run when their outputs are asked for (snakemake <results_dir>/sft/adapter)",
+    )
+    compare_sft_then_rl: bool = Field(
+        False,
+        description="also train GRPO from this stage's adapter (<results_dir>/train_sft_rl, train's settings) and "
+        "evaluate it as refiner sft_rl beside rl (GRPO from a fresh LoRA) and sft; needs enabled, train.backend trl "
+        "and train.init_adapter none (with sft, the rl refiner is already SFT then RL)",
     )
     use_cpu: bool = Field(False, description="train on the CPU (tests, small runs)")
     bf16: bool = Field(True, description="bf16 mixed precision; False on CPU")
