@@ -5,7 +5,7 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
-from arc_pipeline.evaluation.canary import bootstrap_means, decide, reward_windows
+from arc_pipeline.evaluation.canary import bootstrap_means, decide, reward_windows, verdict_markdown, verdict_runs
 
 METRIC = "rewards/arc-v2-no-pixel-score/mean"
 
@@ -65,3 +65,22 @@ def test_pass_needs_both_thresholds() -> None:
     assert not missed_reward.passed and "training reward" in missed_reward.reasons[0]
     missed_gain = decide(rising, none, 4, 1.5, 0.15)
     assert not missed_gain.passed and "RL-refiner" in missed_gain.reasons[0]
+
+
+def test_every_refiner_gets_a_row_and_the_gain_stays_rl_over_base_refines() -> None:
+    table = tasks(
+        {
+            "baseline": [0, 0, 1, 0],
+            "refine_base": [0, 0, 1, 0],
+            "refine_rl": [1, 1, 1, 0],
+            "refine_sft": [0, 1, 1, 0],
+            "refine_sft_rl": [1, 1, 1, 1],
+        }
+    )
+    runs = verdict_runs(table)
+    assert runs == ["baseline", "refine_base", "refine_rl", "refine_sft", "refine_sft_rl"]
+    estimates = bootstrap_means(table, runs, 100, 0)
+    assert estimates["gain"].mean == pytest.approx(0.5)  # RL-refiner - base refines, whatever else ran
+    verdict = decide(reward_windows(metrics([2.0] * 5 + [4.0] * 5), METRIC, 0.2), estimates, 4, 1.5, 0.15)
+    markdown = verdict_markdown(verdict, METRIC)
+    assert "| SFT-refiner | 50.0% [" in markdown and "| SFT+RL-refiner | 100.0% [" in markdown

@@ -31,6 +31,7 @@ def make_runs():
         {"base": data.base_executions(), "rl": data.rl_executions()},
         data.N_EVAL // 2,
         {"base": data.refinement_predictions(), "rl": data.refinement_predictions()},
+        {"rl": "results/train/adapter"},
     )
 
 
@@ -121,12 +122,20 @@ def test_seeds_format():
         "| initial | refinement | model | valid code | valid outputs | unique outputs | "
         "train_pixel_score | train_correct_grids | train_pass_rate | train_is_correct | "
         "test_pixel_score | test_correct_grids | test_pass_rate | test_is_correct | is_correct | "
-        "solved |"
+        "solved | adapter |"
     )
     assert lines[2].startswith("| 4 | 0 | base | 87.5% | 62.5% | 50.0% |")
     assert lines[4].startswith("| 2 | 4 | RL-refiner | 100.0% | 58.3% | 41.7% | 37.5% |")
-    assert lines[4].endswith("| 100.0% | 100.0% |")
+    assert lines[4].endswith("| 100.0% | 100.0% | results/train/adapter |")  # the adapter that refined
     assert len(lines) == 5
+
+
+def test_adapter_column_names_each_refiners_adapter():
+    results = with_dropped_prompts(results_table(make_runs(), run_task_metrics(make_runs(), TEST_KNOWN)), 3)
+    assert results.columns[-2:] == ["dropped prompts", "adapter"]
+    assert results["adapter"].to_list() == [None, None, "results/train/adapter"]
+    with pytest.raises(ValueError, match=r"adapters of refiners without refinements: \['sft'\]"):
+        build_runs(data.baseline_predictions(), data.baseline_executions(), {}, data.N_EVAL // 2, None, {"sft": "x"})
 
 
 def test_published_comparison_keeps_both_sources():

@@ -146,6 +146,8 @@ def run_evaluate(paths: dict[str, Path], out: Path, extra_args: tuple[str, ...] 
             "--refinements",
             str(paths["base"]),
             str(paths["rl"]),
+            "--adapters",
+            "rl=results/train/adapter",
             "--training-metrics",
             str(paths["training_metrics"]),
             "--output-dir",
@@ -181,6 +183,7 @@ def test_evaluate_stage_end_to_end(tiny_model, tmp_path, capsys):
         ("refine_rl", 2, 4, "RL-refiner"),
     ]
     assert runs["dropped prompts"].to_list() == [None, n_dropped, n_dropped]
+    assert runs["adapter"].to_list() == [None, None, "results/train/adapter"]
     per_task = read_frame(out / "tasks.parquet")
     assert "MEAN" not in per_task["task_id"].to_list()  # the per-task table holds tasks only
     assert per_task.group_by("run").len().sort("run")["len"].to_list() == [2, 2, 2]
@@ -193,9 +196,10 @@ def test_evaluate_stage_end_to_end(tiny_model, tmp_path, capsys):
     )
     markdown = (out / "runs.md").read_text().splitlines()
     assert markdown[0].startswith("| initial | refinement | model | valid code |")
-    assert markdown[0].endswith("| solved | dropped prompts |")
+    assert markdown[0].endswith("| solved | dropped prompts | adapter |")
     assert markdown[2].startswith("| 4 | 0 | base | 87.5% | 62.5% |") and markdown[2].endswith("| - |")
-    assert markdown[3].endswith(f"| {n_dropped} |")
+    assert markdown[3].endswith(f"| {n_dropped} | - |")
+    assert markdown[4].endswith(f"| {n_dropped} | results/train/adapter |")
     assert '<td class="num">87.5%</td>' in (out / "runs.html").read_text()
     published = (out / "published.md").read_text()
     assert published.count("| published | published |") == 3 and published.count("| this run | strict |") == 3
