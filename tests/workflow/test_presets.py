@@ -138,3 +138,58 @@ def test_sft_then_rl_makes_the_sft_adapter_an_input_of_train() -> None:
     assert {"sft", "sft-dataset"} <= set(planned)  # the adapter is built first
     [(words, config)] = planned["train"]
     assert words[words.index("--init-adapter") + 1].endswith("sft/adapter") and config["init_adapter"] == "sft"
+
+
+def adapter_of(words: list[str]) -> str | None:
+    return words[words.index("--adapter") + 1] if "--adapter" in words else None
+
+
+def test_one_evaluation_compares_every_refiner() -> None:
+    """sft.enabled adds refiner sft (the sft rule's adapter); sft.compare_sft_then_rl adds a second GRPO job from
+    that adapter (train_sft_rl: same command, its own folder, --init-adapter) and refiner sft_rl. runs.md names
+    each refiner's adapter (--adapters)."""
+    switches = ("--config", "sft={enabled: true, compare_sft_then_rl: true}")
+    planned = planned_configs("all", *switches)
+    trains = {words[words.index("--output") + 1]: (words, config) for words, config in planned["train"]}
+    assert set(trains) == {"results/train/adapter", "results/train_sft_rl/adapter"}
+    rl_words, rl_config = trains["results/train/adapter"]
+    sft_rl_words, sft_rl_config = trains["results/train_sft_rl/adapter"]
+    assert "--init-adapter" not in rl_words and rl_config["init_adapter"] == "none"  # RL alone
+    assert sft_rl_words[sft_rl_words.index("--init-adapter") + 1] == "results/sft/adapter"
+    assert sft_rl_config == dict(rl_config, init_adapter="sft")  # otherwise train's settings
+    assert writes(sft_rl_words, "train_sft_rl/checkpoints") and writes(sft_rl_words, "logs/train_sft_rl.log")
+    refinements = {
+        next(w for w in words if w.endswith("/predictions.parquet")): adapter_of(words)
+        for words, _ in planned["inference"]
+        if "--refinements" in words and writes(words, "predictions.parquet") and "evaluate/refine_" in " ".join(words)
+    }
+    assert refinements == {
+        "results/evaluate/refine_base/predictions.parquet": None,
+        "results/evaluate/refine_rl/predictions.parquet": "results/train/adapter",
+        "results/evaluate/refine_sft/predictions.parquet": "results/sft/adapter",
+        "results/evaluate/refine_sft_rl/predictions.parquet": "results/train_sft_rl/adapter",
+    }
+    executed = {w for words, _ in planned["execute"] for w in words if w.startswith("results/evaluate/refine_")}
+    assert {f"results/evaluate/refine_{name}/executions.parquet" for name in ("sft", "sft_rl")} <= executed
+    [(words, _)] = planned["evaluate"]
+    assert words[words.index("--refiners") + 1 : words.index("--refinement-predictions")] == [
+        "base",
+        "rl",
+        "sft",
+        "sft_rl",
+    ]
+    assert words[words.index("--adapters") + 1 : words.index("--training-metrics")] == [
+        "rl=results/train/adapter",
+        "sft=results/sft/adapter",
+        "sft_rl=results/train_sft_rl/adapter",
+    ]
+
+    # an sft training setting is in the params of the sft job alone: changing it reruns the sft rule and, through
+    # its adapter, only what depends on it (train_sft_rl, the sft and sft_rl refiners, the report)
+    changed = planned_configs("all", "--config", "sft={enabled: true, compare_sft_then_rl: true, learning_rate: 3e-4}")
+
+    def commands(plan: dict) -> dict[str, list[str]]:
+        return {command: sorted(shlex.join(words) for words, _ in runs) for command, runs in plan.items()}
+
+    before, after = commands(planned), commands(changed)
+    assert {command for command in before if before[command] != after[command]} == {"sft"}
