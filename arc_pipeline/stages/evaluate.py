@@ -83,7 +83,7 @@ PUBLISHED_FILES = ("published.md", "published.html")
 DROPPED_LEGEND = (
     "dropped prompts = refinement prompts longer than the refinement context allows "
     "(evaluate.refinement_max_model_len - inference.max_tokens), never sampled; '-' = none to drop "
-    "(baseline) or not counted."
+    "(baseline) or not counted. adapter = the adapter folder whose refinements the run holds ('-': the base model)."
 )
 
 
