@@ -151,9 +151,10 @@ def test_report_embeds_tables_and_figures_and_renders(workflow: Workflow, tmp_pa
     workflow.snakemake("--allowed-rules", "evaluate", "--cores", "1", target)
     for name in REPORT_FILES:
         assert workflow.path(f"evaluate/report/{name}").exists(), name
-    # the rule passes the rules of the default config and the (empty) count of dropped prompts
+    # the rule passes the rules of the default config, the (empty) count of dropped prompts and the RL adapter
     assert workflow.path("evaluate/report/published.md").read_text().count("| this run | strict |") == 3
-    assert workflow.path("evaluate/report/runs.md").read_text().splitlines()[3].endswith("| 0 |")
+    runs_md = workflow.path("evaluate/report/runs.md").read_text().splitlines()
+    assert runs_md[3].endswith("| 0 | - |") and runs_md[4].endswith("/train/adapter |")
 
     report = workflow.workdir / "report.html"
     workflow.snakemake("--allowed-rules", "evaluate", "--report", str(report), target)
