@@ -26,6 +26,10 @@ def with_changes(change: dict) -> dict:
         ),
         ({"sft": {"enabled": True}, "evaluate": {"extra_adapters": {"sft": "."}}}, "workflow's own refiners"),
         ({"evaluate": {"extra_adapters": {"rl": "."}}}, "workflow's own refiners"),
+        (
+            {"sft": {"enabled": True, "compare_sft_then_rl": True}, "train": {"backend": "unsloth", "use_cpu": False}},
+            "backend trl",
+        ),
     ],
 )
 def test_refused(change: dict, message: str) -> None:

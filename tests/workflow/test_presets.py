@@ -129,6 +129,9 @@ def test_sft_rules_join_the_dag_only_when_switched_on() -> None:
     n_parts = yaml.safe_load((REPO / "config" / "barc-multiturn.yaml").read_text())["barc"]["split"]["n_parts"]
     assert sum("barc_split/part" in word for word in execute_words) == n_parts
     assert "--init-adapter" not in planned["train"][0][0]  # sft on: the RL refiner still starts afresh
+    assert len(planned["train"]) == 1  # no second GRPO job without sft.compare_sft_then_rl
+    [(words, _)] = planned["evaluate"]
+    assert words[words.index("--refiners") + 1 : words.index("--refinement-predictions")] == ["base", "rl", "sft"]
 
 
 def test_sft_then_rl_makes_the_sft_adapter_an_input_of_train() -> None:
