@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -245,26 +246,47 @@ def test_a_stalled_engine_fails_in_one_clear_line(workdir: Path, tasks_path: Pat
     assert _alive(sorted(seen)) == [], "engine processes outlived the stage"
 
 
+class GeneratingStage:
+    """An inference stage started with long completions (the untrained model rarely stops), so that generation
+    lasts well past the signal; `generating` is set once vLLM reports progress."""
+
+    def __init__(self, tasks: Path, model: Path, output: Path) -> None:
+        self.output = output
+        command = _inference(tasks, model, output, n_predictions=32, n=32, max_tokens=2000)
+        self.process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        self.generating = threading.Event()
+        threading.Thread(target=self._watch_stderr, daemon=True).start()  # also keeps the pipe from filling
+
+    def _watch_stderr(self) -> None:
+        for line in self.process.stderr:
+            if "Processed prompts" in line:
+                self.generating.set()
+
+
+@pytest.fixture(scope="module")
+def generating_stages(workdir: Path, tasks_path: Path, model_dir: Path) -> Iterator[dict[int, GeneratingStage]]:
+    """One stage per signal, both started at once: their engine starts (most of each test's time) overlap."""
+    stages = {
+        signum: GeneratingStage(tasks_path, model_dir, workdir / f"killed-{signum}" / "predictions.parquet")
+        for signum in (signal.SIGTERM, signal.SIGINT)
+    }
+    yield stages
+    for stage in stages.values():  # a test that failed before its signal
+        if stage.process.poll() is None:
+            stage.process.kill()
+            stage.process.wait()
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_killing_a_stage_mid_generation_leaves_no_engine_process(
-    workdir: Path, tasks_path: Path, model_dir: Path, signum: int
+    generating_stages: dict[int, GeneratingStage], signum: int
 ) -> None:
-    output = workdir / f"killed-{signum}" / "predictions.parquet"
-    # long completions (the untrained model rarely stops): generation lasts well past the signal
-    command = _inference(tasks_path, model_dir, output, n_predictions=32, n=32, max_tokens=2000)
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    generating = threading.Event()
-
-    def watch_stderr() -> None:
-        for line in process.stderr:
-            if "Processed prompts" in line:
-                generating.set()
-
-    threading.Thread(target=watch_stderr, daemon=True).start()
+    stage = generating_stages[signum]
+    process = stage.process
     from arc_pipeline.generation.process_tree import descendants
 
-    assert generating.wait(300), "generation never started"
+    assert stage.generating.wait(300), "generation never started"
     engine_processes = descendants(process.pid)
     assert engine_processes, "vLLM started no process of its own"
     process.send_signal(signum)
@@ -273,4 +295,4 @@ def test_killing_a_stage_mid_generation_leaves_no_engine_process(
     while _alive(engine_processes) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert _alive(engine_processes) == [], "engine processes outlived the stage"
-    assert not output.exists()
+    assert not stage.output.exists()
