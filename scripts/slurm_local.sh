@@ -155,18 +155,24 @@ up() {
 }
 
 down() {
-  local name pid
+  local name pid pids=() alive
+  # slurmd and slurmctld stop together (each takes seconds to save its state), munged after them
   for name in slurmd slurmctld munged; do
     if running "$DIR/$name.pid"; then
       pid=$(cat "$DIR/$name.pid")
       kill "$pid"
-      for _ in $(seq 1 30); do
-        kill -0 "$pid" 2>/dev/null || break
-        sleep 0.5
-      done
-      kill -0 "$pid" 2>/dev/null && kill -9 "$pid"
+      pids+=("$pid")
     fi
     rm -f "$DIR/$name.pid"
+    [ "$name" = slurmctld ] || [ "$name" = munged ] || continue
+    for _ in $(seq 1 30); do
+      alive=()
+      for pid in "${pids[@]}"; do kill -0 "$pid" 2>/dev/null && alive+=("$pid"); done
+      [ ${#alive[@]} -eq 0 ] && break
+      sleep 0.5
+    done
+    for pid in "${pids[@]}"; do kill -0 "$pid" 2>/dev/null && kill -9 "$pid"; done
+    pids=()
   done
   if [ -L /etc/slurm/slurm.conf ] && [ "$(readlink /etc/slurm/slurm.conf)" = "$DIR/slurm.conf" ]; then
     rm -f /etc/slurm/slurm.conf

@@ -30,3 +30,19 @@ def users_results_untouched():
     yield
     for folder in folders:
         assert _snapshot(folder) == before[folder], f"the tests changed {folder}"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def cluster_set_resolution(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
+    """pip's resolution of the cluster set from PyPI, started with the session's first test when the session runs
+    tests/test_dependency_sets.py::test_cluster_set_resolves_on_pypi, which waits for it (minutes of network
+    waits that the tests before it fill); None otherwise."""
+    from tests.test_dependency_sets import RESOLVED_HERE, start_cluster_set_resolution
+
+    wanted = any(item.name == "test_cluster_set_resolves_on_pypi" for item in request.session.items)
+    if not (wanted and RESOLVED_HERE):
+        yield None
+        return
+    started = start_cluster_set_resolution(tmp_path_factory.mktemp("cluster-set"))
+    yield started
+    started.stop()

@@ -30,6 +30,8 @@ LOCAL_EXTRAS = ("cpu", "dev")
 # Packages that the GPU set must resolve to exactly (the pins that make vLLM, TRL and unsloth agree).
 KEY_PACKAGES = ("torch", "vllm", "transformers", "trl", "peft", "datasets", "unsloth", "unsloth-zoo")
 LARGEST_DOWNLOAD_MB = 5.0
+# The cluster set is resolved for the GPU nodes' platform: Linux x86_64, Python 3.11.
+RESOLVED_HERE = sys.platform == "linux" and platform.machine() == "x86_64" and sys.version_info[:2] == (3, 11)
 
 
 def _project() -> dict:
@@ -98,19 +100,43 @@ def _clean_pip_env() -> dict[str, str]:
     return env
 
 
-def resolve(requirements: list[Requirement], report_path: Path) -> tuple[dict, str]:
-    """Ask pip which distributions it would install for REQUIREMENTS; return its report and log."""
-    requirements_file = report_path.with_suffix(".txt")
-    requirements_file.write_text("".join(f"{r}\n" for r in requirements))
-    command = [
-        sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed",
-        "--prefer-binary", "--use-feature=fast-deps", "--progress-bar", "off",
-        "--report", str(report_path), "-r", str(requirements_file),
-    ]  # fmt: skip
-    done = subprocess.run(command, env=_clean_pip_env(), capture_output=True, text=True, timeout=1200)
-    log = done.stdout + done.stderr
-    assert done.returncode == 0, f"pip could not resolve the set:\n{log[-6000:]}"
-    return json.loads(report_path.read_text()), log
+class Resolution:
+    """pip's dry run with a JSON report for REQUIREMENTS, started in FOLDER and left running: it spends minutes
+    waiting on PyPI and little on the CPU, so it starts with the session (tests/conftest.py) and runs beside the
+    other tests until the resolution test waits for it."""
+
+    def __init__(self, requirements: list[Requirement], folder: Path) -> None:
+        requirements_file = folder / "requirements.txt"
+        requirements_file.write_text("".join(f"{r}\n" for r in requirements))
+        self.report_path = folder / "report.json"
+        self.log_path = folder / "pip.log"
+        command = [
+            sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed",
+            "--prefer-binary", "--use-feature=fast-deps", "--progress-bar", "off",
+            "--report", str(self.report_path), "-r", str(requirements_file),
+        ]  # fmt: skip
+        with self.log_path.open("w") as sink:  # the child keeps its own copy of the descriptor
+            self.process = subprocess.Popen(command, env=_clean_pip_env(), stdout=sink, stderr=subprocess.STDOUT)
+
+    def wait(self) -> tuple[dict, str]:
+        """Which distributions pip would install (its report), and its log."""
+        try:
+            returncode = self.process.wait(timeout=1200)
+        except subprocess.TimeoutExpired:
+            self.stop()
+            raise
+        log = self.log_path.read_text()
+        assert returncode == 0, f"pip could not resolve the set:\n{log[-6000:]}"
+        return json.loads(self.report_path.read_text()), log
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+
+
+def start_cluster_set_resolution(folder: Path) -> Resolution:
+    return Resolution(_requirements(*CLUSTER_EXTRAS), folder)
 
 
 def _downloads_mb(log: str) -> list[tuple[str, float]]:
@@ -123,13 +149,10 @@ def _downloads_mb(log: str) -> list[tuple[str, float]]:
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(
-    not (sys.platform == "linux" and platform.machine() == "x86_64" and sys.version_info[:2] == (3, 11)),
-    reason="the cluster set is resolved for Linux x86_64, Python 3.11 (the GPU nodes)",
-)
-def test_cluster_set_resolves_on_pypi(tmp_path: Path) -> None:
+@pytest.mark.skipif(not RESOLVED_HERE, reason="resolved for the GPU nodes: Linux x86_64, Python 3.11")
+def test_cluster_set_resolves_on_pypi(cluster_set_resolution: Resolution) -> None:
     requirements = _requirements(*CLUSTER_EXTRAS)
-    report, log = resolve(requirements, tmp_path / "report.json")
+    report, log = cluster_set_resolution.wait()
 
     resolved = {canonicalize_name(item["metadata"]["name"]): item for item in report["install"]}
     for requirement in requirements:

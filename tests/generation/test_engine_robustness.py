@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -229,32 +230,55 @@ def test_a_stalled_engine_fails_in_one_clear_line(workdir: Path, tasks_path: Pat
     assert _alive(sorted(seen)) == [], "engine processes outlived the stage"
 
 
+class SignalledStage:
+    """An inference stage started with long completions (the untrained model rarely stops), signalled SIGNUM as
+    soon as vLLM reports generation progress: its stderr watcher sends the signal, so that the stage is mid-
+    generation even while another test holds the CPU."""
+
+    def __init__(self, tasks: Path, model: Path, output: Path, signum: int) -> None:
+        self.output = output
+        self.signum = signum
+        self.engine_processes: list[int] = []
+        self.signalled = threading.Event()
+        command = _inference(tasks, model, output, n_predictions=32, n=32, max_tokens=2000)
+        self.process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        threading.Thread(target=self._watch_stderr, daemon=True).start()  # also keeps the pipe from filling
+
+    def _watch_stderr(self) -> None:
+        from arc_pipeline.generation.process_tree import descendants
+
+        for line in self.process.stderr:
+            if "Processed prompts" in line and not self.signalled.is_set():
+                self.engine_processes = descendants(self.process.pid)
+                self.process.send_signal(self.signum)
+                self.signalled.set()
+
+
+@pytest.fixture(scope="module")
+def signalled_stages(workdir: Path, tasks_path: Path, model_dir: Path) -> Iterator[dict[int, SignalledStage]]:
+    """One stage per signal, both started at once: their engine starts (most of each test's time) overlap."""
+    stages = {
+        signum: SignalledStage(tasks_path, model_dir, workdir / f"killed-{signum}" / "predictions.parquet", signum)
+        for signum in (signal.SIGTERM, signal.SIGINT)
+    }
+    yield stages
+    for stage in stages.values():  # a stage that never started generating
+        if stage.process.poll() is None:
+            stage.process.kill()
+            stage.process.wait()
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_killing_a_stage_mid_generation_leaves_no_engine_process(
-    workdir: Path, tasks_path: Path, model_dir: Path, signum: int
+    signalled_stages: dict[int, SignalledStage], signum: int
 ) -> None:
-    output = workdir / f"killed-{signum}" / "predictions.parquet"
-    # long completions (the untrained model rarely stops): generation lasts well past the signal
-    command = _inference(tasks_path, model_dir, output, n_predictions=32, n=32, max_tokens=2000)
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    generating = threading.Event()
-
-    def watch_stderr() -> None:
-        for line in process.stderr:
-            if "Processed prompts" in line:
-                generating.set()
-
-    threading.Thread(target=watch_stderr, daemon=True).start()
-    from arc_pipeline.generation.process_tree import descendants
-
-    assert generating.wait(300), "generation never started"
-    engine_processes = descendants(process.pid)
-    assert engine_processes, "vLLM started no process of its own"
-    process.send_signal(signum)
-    assert process.wait(60) == -signum
+    stage = signalled_stages[signum]
+    assert stage.signalled.wait(300), "generation never started"
+    assert stage.engine_processes, "vLLM started no process of its own"
+    assert stage.process.wait(60) == -signum
     deadline = time.monotonic() + 15
-    while _alive(engine_processes) and time.monotonic() < deadline:
+    while _alive(stage.engine_processes) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert _alive(engine_processes) == [], "engine processes outlived the stage"
-    assert not output.exists()
+    assert _alive(stage.engine_processes) == [], "engine processes outlived the stage"
+    assert not stage.output.exists()

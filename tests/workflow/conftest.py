@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import subprocess
 import sys
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -32,19 +34,12 @@ class Workflow:
         """A target as Snakemake names it: relative to the working directory."""
         return f"{self.config['results_dir']}/{relative}"
 
-    def snakemake(
-        self,
-        *args: str,
-        check: bool = True,
-        profile: str = "profiles/local",
-        timeout: int = 1800,
-        env: dict[str, str] | None = None,
-    ) -> subprocess.CompletedProcess:
-        """snakemake ARGS on this workflow; ENV adds variables (its PATH goes after the virtualenv's)."""
+    def _command(self, args: tuple[str, ...], profile: str, env: dict[str, str] | None) -> tuple[list, dict]:
+        """The snakemake command line for ARGS and its environment: ENV added (its PATH after the virtualenv's)."""
         bin_dir = Path(sys.executable).parent
         extra = dict(env or {})
         path = extra.pop("PATH", os.environ["PATH"])
-        env = dict(os.environ, **extra, PATH=f"{bin_dir}{os.pathsep}{path}")
+        full_env = dict(os.environ, **extra, PATH=f"{bin_dir}{os.pathsep}{path}")
         command = [
             str(bin_dir / "snakemake"),
             "--snakefile",
@@ -57,13 +52,35 @@ class Workflow:
             str(REPO / profile),
             *args,
         ]
+        return command, full_env
+
+    def snakemake(
+        self,
+        *args: str,
+        check: bool = True,
+        profile: str = "profiles/local",
+        timeout: int = 1800,
+        env: dict[str, str] | None = None,
+    ) -> subprocess.CompletedProcess:
+        """snakemake ARGS on this workflow; ENV adds variables (its PATH goes after the virtualenv's)."""
+        command, full_env = self._command(args, profile, env)
         # from the working directory: executor plugins put their job logs relative to where snakemake starts
-        result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=timeout, cwd=self.workdir)
+        result = subprocess.run(
+            command, capture_output=True, text=True, env=full_env, timeout=timeout, cwd=self.workdir
+        )
         if check and result.returncode != 0:
             raise AssertionError(
                 f"snakemake failed ({result.returncode}):\n{result.stdout[-4000:]}\n{result.stderr[-8000:]}"
             )
         return result
+
+    def start(
+        self, *args: str, output: Path, profile: str = "profiles/local", env: dict[str, str] | None = None
+    ) -> subprocess.Popen:
+        """snakemake ARGS started and left running, its stdout and stderr into OUTPUT (as `snakemake` runs it)."""
+        command, full_env = self._command(args, profile, env)
+        with output.open("w") as sink:  # the child keeps its own copy of the descriptor
+            return subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, env=full_env, cwd=self.workdir)
 
     def benchmarked_jobs(self) -> Counter[str]:
         """Benchmark files per rule: results/benchmarks/<rule>[/<job>].tsv (rules/common.smk, benchmark_path)."""
@@ -109,3 +126,39 @@ def finished(tmp_path_factory: pytest.TempPathFactory) -> Workflow:
     workflow = Workflow(tmp_path_factory.mktemp("e2e"), yaml.safe_load((REPO / "config" / "config.yaml").read_text()))
     workflow.snakemake()
     return workflow
+
+
+# ------------------------------------------------------------------ the Slurm run (tests/workflow/test_slurm.py)
+# The helpers import this module: they are imported where the fixtures need them.
+
+
+@pytest.fixture(scope="session")
+def slurm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """A running one-node cluster (scripts/slurm_local.sh) for the session; yields the environment to reach it."""
+    from tests.workflow.slurm_cluster import cluster
+
+    yield from cluster(tmp_path_factory.mktemp("slurm"))
+
+
+@pytest.fixture(scope="session")
+def slurm_run_started(slurm: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator:
+    """The embedded default's config (the `finished` run's) through Slurm, started and left running."""
+    from tests.workflow.slurm_cluster import BackgroundRun, slurm_config
+
+    config = slurm_config(yaml.safe_load((REPO / "config" / "config.yaml").read_text()), slurm)
+    started = BackgroundRun(Workflow(tmp_path_factory.mktemp("slurm-run"), config), slurm)
+    yield started
+    started.stop()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def slurm_run_in_the_background(request: pytest.FixtureRequest) -> None:
+    """With the first workflow test of a session that runs the Slurm tests, start their run, so that it runs beside
+    the canary and the local run (tests/workflow/slurm_cluster.py says why). A cluster that cannot start is the
+    Slurm tests' failure or skip, not this test's: pytest raises it again for them."""
+    if not any(item.path.name == "test_slurm.py" for item in request.session.items):
+        return
+    try:
+        request.getfixturevalue("slurm_run_started")
+    except (Exception, pytest.skip.Exception, pytest.fail.Exception) as error:
+        logging.getLogger(__name__).warning("the Slurm run did not start: %s", error)

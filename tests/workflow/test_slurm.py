@@ -1,4 +1,5 @@
-"""The whole embedded default DAG through a real Slurm scheduler (slow: about 7 minutes on 2 cores).
+"""The whole embedded default DAG through a real Slurm scheduler (slow: about 10 minutes on 2 cores, in the
+background of the session's other workflow tests: tests/workflow/slurm_cluster.py).
 
 scripts/slurm_local.sh brings up a one-node cluster on this machine (munged, slurmctld, slurmd; the node declares
 the machine's CPUs and memory and one GPU that is only counted). Snakemake runs with profiles/slurm, as a user
@@ -16,11 +17,6 @@ Without root or apt the test skips in one line; under CI (CI=true) it fails inst
 
 from __future__ import annotations
 
-import copy
-import os
-import re
-import shutil
-import subprocess
 from collections import Counter
 from pathlib import Path
 
@@ -28,15 +24,11 @@ import polars as pl
 import pytest
 
 from arc_pipeline.training.phases import MEMORY_METRIC_PREFIX, PHASE_METRIC_PREFIX
-from tests.ci_helpers import tool_missing
 from tests.test_profiles import GPU_RULES
-from tests.workflow.conftest import REPO, Workflow
+from tests.workflow.conftest import Workflow
 
 pytestmark = pytest.mark.slow
 
-SCRIPT = REPO / "scripts" / "slurm_local.sh"
-SLURM_COMMANDS = ("slurmctld", "slurmd", "munged", "sbatch", "srun", "squeue", "scontrol")
-SEARCH_PATH = os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/sbin", "/usr/local/sbin"])
 SUBMIT_MACHINE_RULES = {"barc_download"}  # localrules: the hub download needs the internet
 # Compared with the local run: every parquet table the run leaves in results/ (the data of every stage, from the
 # BARC tasks to the evaluation's tables; train/checkpoints, the trainer's own state, aside), and the weights of
@@ -51,50 +43,6 @@ MEASUREMENT_PREFIXES = (PHASE_METRIC_PREFIX, MEMORY_METRIC_PREFIX)
 WEIGHTS = ("model/base/model.safetensors", "train/adapter/adapter_model.safetensors")
 
 
-def _root_slurm_or_skip() -> None:
-    if os.geteuid() != 0:
-        tool_missing("a local Slurm cluster needs root (scripts/slurm_local.sh runs its daemons as root)")
-    missing = [name for name in SLURM_COMMANDS if not shutil.which(name, path=SEARCH_PATH)]
-    if missing and not shutil.which("apt-get"):
-        tool_missing(f"Slurm is not installed ({', '.join(missing)} missing) and there is no apt-get to install it")
-
-
-@pytest.fixture(scope="module")
-def slurm(tmp_path_factory: pytest.TempPathFactory):
-    """A running one-node cluster for this module, stopped afterwards; yields the environment to reach it."""
-    _root_slurm_or_skip()
-    folder = tmp_path_factory.mktemp("slurm")
-    env = {"SLURM_LOCAL_DIR": str(folder), "PATH": SEARCH_PATH, "SLURM_CONF": str(folder / "slurm.conf")}
-    up = subprocess.run(
-        ["bash", str(SCRIPT), "up"], env={**os.environ, **env}, capture_output=True, text=True, timeout=900
-    )
-    assert up.returncode == 0, f"scripts/slurm_local.sh up failed:\n{up.stdout}\n{up.stderr[-4000:]}"
-    try:
-        yield env
-    finally:
-        subprocess.run(["bash", str(SCRIPT), "down"], env={**os.environ, **env}, capture_output=True, timeout=120)
-
-
-def _node_cpus(env: dict[str, str]) -> int:
-    done = subprocess.run(
-        ["sinfo", "--noheader", "--format=%c"], env={**os.environ, **env}, capture_output=True, text=True, check=True
-    )
-    return int(done.stdout.split()[0])
-
-
-def _slurm_jobs(env: dict[str, str], run_id: str) -> list[dict[str, str]]:
-    """slurmctld's records of this run's jobs (it keeps finished jobs for MinJobAge, an hour here)."""
-    done = subprocess.run(
-        ["scontrol", "show", "job", "--oneliner"],
-        env={**os.environ, **env},
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    records = [dict(re.findall(r"(\w+)=(\S*)", line)) for line in done.stdout.splitlines() if line.strip()]
-    return [record for record in records if record.get("JobName") == run_id]
-
-
 def _rule_of(comment: str, rules: set[str]) -> str:
     """The plugin's job comment is rule_<rule> or rule_<rule>_wildcards_<values>."""
     matches = [r for r in rules if comment == f"rule_{r}" or comment.startswith(f"rule_{r}_wildcards_")]
@@ -103,34 +51,13 @@ def _rule_of(comment: str, rules: set[str]) -> str:
 
 
 @pytest.fixture(scope="module")
-def slurm_run(slurm: dict[str, str], finished: Workflow, tmp_path_factory: pytest.TempPathFactory):
-    """The config of the local run, through Slurm. Only `cluster:` differs, which no rule's params hold: a
-    GPU job asks for the node's CPUs (at most the default's 8) and 4 GB instead of 64 GB, so that it fits."""
-    config = copy.deepcopy(finished.config)
-    config["cluster"]["gpu"].update(
-        threads=min(config["cluster"]["gpu"]["threads"], _node_cpus(slurm)), request_memory="4GB"
-    )
-    run = Workflow(tmp_path_factory.mktemp("slurm-run"), config)
-    planned = run.planned_jobs()
-    result = run.snakemake(
-        # no accounts and no slurmdbd on this cluster; finished jobs stay visible to squeue for an hour
-        "--slurm-no-account",
-        "--slurm-status-command",
-        "squeue",
-        "--slurm-init-seconds-before-status-checks",
-        "2",
-        "--latency-wait",
-        "10",
-        "--retries",
-        "0",
-        profile="profiles/slurm",
-        env=slurm,
-        timeout=2400,
-    )
-    output = result.stdout + result.stderr
-    match = re.search(r"SLURM run ID: (\S+)", output)
-    assert match, f"no SLURM run ID in the output:\n{output[-3000:]}"
-    return run, planned, _slurm_jobs(slurm, match.group(1)), output
+def slurm_run(slurm_run_started, finished: Workflow):
+    """The run through Slurm (started with the session's first workflow test, tests/workflow/conftest.py), at its
+    end. Its config is the local run's but for `cluster:`, which no rule's params hold (slurm_cluster.py)."""
+    run = slurm_run_started.wait()
+    differing = {key for key in finished.config if run[0].config[key] != finished.config[key]}
+    assert differing <= {"cluster"}, differing
+    return run
 
 
 def test_every_job_ran_as_a_completed_slurm_job(slurm_run) -> None:
