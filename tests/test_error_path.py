@@ -128,6 +128,24 @@ CASES: dict[str, Case | None] = {
         ("--benchmarks", "{missing}", "--output-md", "{out}/s.md", "--output-html", "{out}/s.html"), None
     ),
     "inspect": Case(("{missing}",), None),
+    "merge-adapter": Case(("--model", "{model}", "--adapter", "{missing}", "--output", "{out}/merged")),
+    "sft-dataset": Case(
+        (
+            "--refinements",
+            "{missing}",
+            "--predictions",
+            "{missing}",
+            "--executions",
+            "{missing}",
+            "--output",
+            "{out}/sft.parquet",
+            "--summary",
+            "{out}/summary.json",
+        )
+    ),
+    "sft": Case(
+        ("--dataset", "{missing}", "--model", "{model}", "--output", "{out}/adapter", "--metrics", "{out}/m.parquet")
+    ),
     "config-reference": None,  # writes the reference from the models: no input file, no --config-json
 }
 STAGES_WITH_INPUTS = [name for name, case in CASES.items() if case is not None]

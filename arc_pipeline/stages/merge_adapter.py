@@ -47,6 +47,8 @@ def run(args: argparse.Namespace) -> int:
 
     config = parse_config(args, MergeAdapterConfig)
     check_model_dir(args.model)
+    if not args.adapter.exists():
+        raise InputFileError(f"{args.adapter}: adapter folder not found")
     if not (args.adapter / "adapter_config.json").is_file():
         raise InputFileError(f"{args.adapter}: no adapter_config.json (not a PEFT adapter folder)")
     started = time.perf_counter()
