@@ -68,7 +68,6 @@ class _Request:
 
     prompts: list[list[int]]
     num_generations: int
-    weights_version: int
     thread: threading.Thread | None = None
     output: dict[str, Any] | None = None
     error: BaseException | None = None
@@ -85,7 +84,6 @@ class OverlappedGeneration:
         self.engine: Any = None
         self.lookahead: _Lookahead | None = None
         self.pending: _Request | None = None
-        self.weights_version = 0  # weight syncs so far
         self.prefetched_steps = 0  # steps whose completions came from a request launched a step earlier
         self.synchronous_steps = 0
         self._inner_generate: Any = None
@@ -119,9 +117,7 @@ class OverlappedGeneration:
 
     def sync_weights(self, *args: Any, **kwargs: Any) -> Any:
         self._settle()  # the server must not decode while its weights change
-        result = self._inner_sync(*args, **kwargs)
-        self.weights_version += 1
-        return result
+        return self._inner_sync(*args, **kwargs)
 
     def generate(
         self, prompts: list[list[int]], images: Any, num_generations: int, profiler: Any = None, **kwargs: Any
@@ -178,7 +174,7 @@ class OverlappedGeneration:
         if not all(gather_object([prompts is not None])):
             return
         all_prompts = gather_object([prompts])
-        request = _Request(prompts=prompts, num_generations=num_generations, weights_version=self.weights_version)
+        request = _Request(prompts=prompts, num_generations=num_generations)
         if self.trainer.accelerator.is_main_process:
             unique = [group[i] for group in all_prompts for i in range(0, len(group), num_generations)]
             request.thread = threading.Thread(
