@@ -10,6 +10,9 @@ Kept are also only answers that stopped on their own: a truncated one teaches th
 (the stop token would be appended to text the model did not end). Per task, completions with the same
 program (the code block, else the whole text) are kept once, and at most ``max_per_task`` in the order of
 their prediction ids, so a rerun keeps the same rows.
+
+``keep_failed`` turns the selection around (every completion that did not solve its task, with the same
+rules): the canary's mutation run, whose SFT refiner must not pass (docs/canary.md).
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ class SelectionCounts:
     prompts_sampled: int  # prompts with at least one completion (the rest were too long for inference)
     completions: int
     solved: int
-    truncated_solved: int  # solved but cut at max_tokens: dropped
+    truncated_solved: int  # selected (solved, or failed with keep_failed) but cut at max_tokens: dropped
     duplicates: int  # same program as a kept completion of the task: dropped
     over_cap: int  # beyond max_per_task: dropped
     kept: int
@@ -72,7 +75,11 @@ def _check_links(refinements: pl.DataFrame, predictions: pl.DataFrame, execution
 
 
 def select_solutions(
-    refinements: pl.DataFrame, predictions: pl.DataFrame, executions: pl.DataFrame, max_per_task: int
+    refinements: pl.DataFrame,
+    predictions: pl.DataFrame,
+    executions: pl.DataFrame,
+    max_per_task: int,
+    keep_failed: bool = False,
 ) -> tuple[pl.DataFrame, SelectionCounts]:
     """The kept rows (``SFT_DATASET_SCHEMA`` columns) and the counts. Raises :class:`SelectionInputError`."""
     _check_links(refinements, predictions, executions)
@@ -83,7 +90,8 @@ def select_solutions(
         executions.select("prediction_id", solved_flag), on="prediction_id", how="left"
     ).with_columns(pl.col("solved").fill_null(False))
     solved = scored.filter(pl.col("solved"))
-    stopped = solved.filter(pl.col("finish_reason") != "length")
+    selected = scored.filter(~pl.col("solved")) if keep_failed else solved
+    stopped = selected.filter(pl.col("finish_reason") != "length")
     prompts = refinements.select(
         pl.col("prediction_id").alias("parent_prediction_id"), "prompt", pl.col("prompt_tokens").alias("_prompt_tokens")
     )
@@ -108,7 +116,7 @@ def select_solutions(
         prompts_sampled=predictions["parent_prediction_id"].n_unique(),
         completions=predictions.height,
         solved=solved.height,
-        truncated_solved=solved.height - stopped.height,
+        truncated_solved=selected.height - stopped.height,
         duplicates=candidates.height - unique.height,
         over_cap=unique.height - kept.height,
         kept=kept.height,

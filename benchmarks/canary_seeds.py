@@ -1,10 +1,14 @@
 """The learning canary over several seeds: one whole workflow run per seed, then a table of the verdicts.
 
 Each seed changes the randomness of learning, not the tasks: the tiny model's initial weights and warm-up
-(``model.tiny.seed``), the sampling seed of inference (``inference.seed``) and GRPO's seed (``train.seed``).
-Runs go to ``<results_dir>-seed<N>`` and are kept, so a rerun only redoes what is missing:
+(``model.tiny.seed``), the sampling seed of inference (``inference.seed``), GRPO's seed (``train.seed``) and
+SFT's (``sft.seed``). Runs go to ``<results_dir>-seed<N>`` and are kept, so a rerun only redoes what is missing:
 
     python benchmarks/canary_seeds.py --configfile config/canary.yaml --seeds 0,1,2
+
+``--mutation`` trains the SFT refiner on the base model's failed refinements instead of its solves
+(``sft_dataset.keep: failed``, into ``<results_dir>-seed<N>-mutation``): its verdict must be FAILED on the
+SFT check, or that check cannot tell a refiner that learned from one that did not.
 """
 
 from __future__ import annotations
@@ -25,19 +29,30 @@ REPO = Path(__file__).resolve().parent.parent
 LOG = logging.getLogger("canary_seeds")
 
 
-def seed_config(configfile: Path, seed: int, work: Path) -> tuple[Path, str]:
+def seed_config(
+    configfile: Path, seed: int, work: Path, mutation: bool = False, results_prefix: str | None = None
+) -> tuple[Path, str]:
     config = yaml.safe_load(configfile.read_text())
-    results = f"{config.get('results_dir', 'results')}-seed{seed}"
+    results = f"{results_prefix or config.get('results_dir', 'results')}-seed{seed}" + ("-mutation" if mutation else "")
     overrides = {
         "base": str(configfile.resolve()),
         "results_dir": results,
         "model": {"tiny": {"seed": seed}, "random": {"seed": seed}},
         "inference": {"seed": seed},
         "train": {"seed": 42 + seed},
+        "sft": {"seed": 42 + seed},
+        **({"sft_dataset": {"keep": "failed"}} if mutation else {}),
     }
-    path = work / f"seed{seed}.yaml"
+    path = work / f"seed{seed}{'-mutation' if mutation else ''}.yaml"
     path.write_text(yaml.safe_dump(overrides))
     return path, results
+
+
+def points(estimate: dict | None) -> str:
+    """A paired difference in points with its interval, or '-' when the run did not have it."""
+    if estimate is None:
+        return "-"
+    return f"{estimate['mean'] * 100:+.1f} [{estimate['low'] * 100:+.1f}, {estimate['high'] * 100:+.1f}]"
 
 
 def main() -> None:
@@ -45,13 +60,15 @@ def main() -> None:
     parser.add_argument("--configfile", type=Path, default=REPO / "config" / "canary.yaml")
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--profile", default="profiles/local")
+    parser.add_argument("--mutation", action="store_true", help="SFT on the failed refinements (must fail)")
+    parser.add_argument("--results-prefix", help="results folders <this>-seed<N> (default: the config's results_dir)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
     work = REPO / ".snakemake" / "canary-seeds"
     work.mkdir(parents=True, exist_ok=True)
     rows = []
     for seed in (int(seed) for seed in args.seeds.split(",")):
-        configfile, results = seed_config(args.configfile, seed, work)
+        configfile, results = seed_config(args.configfile, seed, work, args.mutation, args.results_prefix)
         started = time.perf_counter()
         command = [sys.executable, "-m", "snakemake", "--profile", args.profile, "--configfile", str(configfile)]
         # the rules call `arc-pipeline`: the one beside this interpreter, also when its venv is not activated
@@ -61,26 +78,31 @@ def main() -> None:
         if status != 0:
             LOG.error("seed %d: snakemake exited %d; its last lines:\n%s", seed, status, run.stderr[-3000:])
         seconds = time.perf_counter() - started
-        verdict_path = REPO / results / "canary" / "verdict.json"
+        verdict_path = REPO / results / "canary" / "verdict.json"  # REPO / an absolute path is that path
         if status != 0 or not verdict_path.is_file():
             rows.append({"seed": seed, "status": status, "seconds": seconds})
             continue
         verdict = json.loads(verdict_path.read_text())
         rows.append({"seed": seed, "status": status, "seconds": seconds, **verdict})
     print(
-        "| seed | reward first 20% | last 20% | ratio | base refines | RL-refiner | gain [95% CI] | verdict | run (s) |"
+        "| seed | reward first 20% | last 20% | ratio | base refines | RL-refiner | gain [95% CI] "
+        "| SFT-refiner | SFT gain [95% CI] | SFT+RL-refiner | SFT+RL - RL [95% CI] | verdict | run (s) |"
     )
-    print("|---:|---:|---:|---:|---:|---:|---|---|---:|")
+    print("|---:|---:|---:|---:|---:|---:|---|---:|---|---:|---|---|---:|")
     for row in rows:
         if "passed" not in row:
-            print(f"| {row['seed']} | run failed (exit {row['status']}) | | | | | | | {row['seconds']:.0f} |")
+            print(f"| {row['seed']} | run failed (exit {row['status']}) |" + " |" * 10 + f" {row['seconds']:.0f} |")
             continue
-        gain = row["gain"]
+
+        def share(run: str, is_correct: dict = row["is_correct"]) -> str:
+            return f"{is_correct[run]['mean']:.1%}" if run in is_correct else "-"
+
         print(
             f"| {row['seed']} | {row['reward_first']:.2f} | {row['reward_last']:.2f} | {row['reward_ratio']:.2f}x "
-            f"| {row['is_correct']['refine_base']['mean']:.1%} | {row['is_correct']['refine_rl']['mean']:.1%} "
-            f"| {gain['mean'] * 100:+.1f} [{gain['low'] * 100:+.1f}, {gain['high'] * 100:+.1f}] "
-            f"| {'PASSED' if row['passed'] else 'FAILED'} | {row['seconds']:.0f} |"
+            f"| {share('refine_base')} | {share('refine_rl')} | {points(row['gain'])} "
+            f"| {share('refine_sft')} | {points(row.get('sft_gain'))} "
+            f"| {share('refine_sft_rl')} | {points(row.get('sft_rl_vs_rl'))} "
+            f"| {'PASSED' if row['passed'] else 'FAILED: ' + '; '.join(row['reasons'])} | {row['seconds']:.0f} |"
         )
     finished = [row for row in rows if "passed" in row]
     if len(finished) > 1:

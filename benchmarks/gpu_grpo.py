@@ -134,9 +134,11 @@ PHASES = ("generation", "weight_sync", "rewards", "logprobs", "prepare_other", "
 
 
 def build_inputs(work: Path, grid_side: int, rows: int) -> dict[str, Any]:
-    """The random 8B model (no warm-up) and the refinement prompts, once per work folder."""
+    """The random 8B model (no warm-up) and at least ``rows`` refinement prompts, once per work folder (again when
+    an earlier call built fewer: a run that outlasts its prompts starts a second epoch, whose first step
+    overlapped generation cannot prefetch)."""
     done = work / "inputs.json"
-    if done.is_file():
+    if done.is_file() and json.loads(done.read_text()).get("rows", 0) >= rows:
         return json.loads(done.read_text())
     import numpy as np
 
@@ -182,6 +184,7 @@ def build_inputs(work: Path, grid_side: int, rows: int) -> dict[str, Any]:
         "model": str(model_dir),
         "dataset": str(work / "refinement.parquet"),
         "prompt_tokens": float(np.mean([example["prompt_tokens"] for example in examples])),
+        "rows": rows,
     }
     done.write_text(json.dumps(inputs))
     return inputs
@@ -422,7 +425,7 @@ def main() -> None:
     unknown = sorted(set(names) - set(VARIANTS))
     if unknown:
         raise SystemExit(f"unknown variants {unknown}; choose from {list(VARIANTS)}")
-    inputs = build_inputs(args.work, args.grid_side, rows=max(8, args.steps))
+    inputs = build_inputs(args.work, args.grid_side, rows=max(8, args.steps + 2))
     for name in names if not args.report_only else []:
         if (args.work / name / "summary.json").is_file():
             continue  # already measured in this work folder

@@ -8,6 +8,10 @@ Two numbers decide, each against a threshold of ``canary`` (arc_pipeline/stages/
 * the held-out gain: the RL-refiner's ``is_correct`` minus base refines', averaged over the evaluation
   tasks, with a paired bootstrap over tasks for its 95% interval.
 
+With the SFT refiner in the evaluation (``sft.enabled``) a third number decides: the SFT-refiner's
+``is_correct`` minus base refines'. SFT then RL against RL alone (``sft.compare_sft_then_rl``) is reported
+with its paired interval and decides nothing: it is the question the comparison asks, not a check.
+
 Pure functions over the training metrics (``TRAINING_METRICS_SCHEMA``) and the evaluation's per-task
 table (``RUN_TASK_METRICS_SCHEMA``), so the benchmark that runs several seeds shares them.
 """
@@ -24,7 +28,15 @@ from arc_pipeline.evaluation.runs import refiner_label
 
 BASE_REFINES_RUN = "refine_base"
 RL_REFINER_RUN = "refine_rl"
+SFT_REFINER_RUN = "refine_sft"
+SFT_RL_REFINER_RUN = "refine_sft_rl"
 BASELINE_RUN = "baseline"
+# paired differences over the same resampled tasks: name -> (run, minus run)
+DIFFERENCES = {
+    "gain": (RL_REFINER_RUN, BASE_REFINES_RUN),
+    "sft_gain": (SFT_REFINER_RUN, BASE_REFINES_RUN),
+    "sft_rl_vs_rl": (SFT_RL_REFINER_RUN, RL_REFINER_RUN),
+}
 
 
 @dataclass(frozen=True)
@@ -83,15 +95,17 @@ def per_task(tasks: pl.DataFrame, run: str, column: str = "is_correct") -> pl.Da
 def bootstrap_means(
     tasks: pl.DataFrame, runs: list[str], samples: int, seed: int, column: str = "is_correct"
 ) -> dict[str, Estimate]:
-    """Each run's mean ``column`` over tasks, and the RL-refiner's gain over base refines, with paired
-    bootstrap intervals (the same resampled tasks for every run); tasks a run lacks count 0."""
+    """Each run's mean ``column`` over tasks, and the paired differences of :data:`DIFFERENCES` whose two runs
+    are there (the RL-refiner's gain over base refines, ...), with bootstrap intervals from the same resampled
+    tasks for every run; tasks a run lacks count 0."""
     joined = per_task(tasks, runs[0], column)
     for run in runs[1:]:
         joined = joined.join(per_task(tasks, run, column), on="task_id", how="full", coalesce=True)
     joined = joined.fill_null(0.0).sort("task_id")
     values = {run: joined[run].to_numpy() for run in runs}
-    if BASE_REFINES_RUN in values and RL_REFINER_RUN in values:
-        values["gain"] = values[RL_REFINER_RUN] - values[BASE_REFINES_RUN]
+    for name, (run, minus) in DIFFERENCES.items():
+        if run in values and minus in values:
+            values[name] = values[run] - values[minus]
     rng = np.random.default_rng(seed)
     picks = rng.integers(joined.height, size=(samples, joined.height))
     estimates = {}
@@ -116,6 +130,9 @@ class Verdict:
     min_reward_ratio: float
     min_is_correct_gain: float
     reasons: list[str]
+    sft_gain: dict[str, float] | None = None  # SFT-refiner - base refines, with sft.enabled
+    min_sft_gain: float | None = None
+    sft_rl_vs_rl: dict[str, float] | None = None  # SFT+RL-refiner - RL-refiner: reported, decides nothing
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -127,8 +144,10 @@ def decide(
     heldout_tasks: int,
     min_reward_ratio: float,
     min_is_correct_gain: float,
+    min_sft_gain: float | None = None,
 ) -> Verdict:
-    """Pass when both thresholds are met; ``reasons`` names each one missed."""
+    """Pass when every threshold is met (the SFT gain's only when the SFT refiner was evaluated);
+    ``reasons`` names each one missed."""
     reasons = []
     if not windows.ratio >= min_reward_ratio:
         reasons.append(
@@ -141,6 +160,13 @@ def decide(
             f"RL-refiner is_correct {gain.mean * 100:+.1f} points over base refines, below "
             f"{min_is_correct_gain * 100:+.1f}"
         )
+    sft_gain = estimates.get("sft_gain")
+    if sft_gain is not None and min_sft_gain is not None and not sft_gain.mean >= min_sft_gain:
+        reasons.append(
+            f"SFT-refiner is_correct {sft_gain.mean * 100:+.1f} points over base refines, below "
+            f"{min_sft_gain * 100:+.1f}"
+        )
+    sft_rl_vs_rl = estimates.get("sft_rl_vs_rl")
     return Verdict(
         passed=not reasons,
         reward_first=windows.first,
@@ -149,11 +175,14 @@ def decide(
         reward_steps=windows.steps,
         window=windows.window,
         heldout_tasks=heldout_tasks,
-        is_correct={run: asdict(estimate) for run, estimate in estimates.items() if run != "gain"},
+        is_correct={run: asdict(estimate) for run, estimate in estimates.items() if run not in DIFFERENCES},
         gain=asdict(gain),
         min_reward_ratio=min_reward_ratio,
         min_is_correct_gain=min_is_correct_gain,
         reasons=reasons,
+        sft_gain=None if sft_gain is None else asdict(sft_gain),
+        min_sft_gain=None if sft_gain is None else min_sft_gain,
+        sft_rl_vs_rl=None if sft_rl_vs_rl is None else asdict(sft_rl_vs_rl),
     )
 
 
@@ -177,6 +206,9 @@ def verdict_markdown(verdict: Verdict, metric: str) -> str:
     def interval(estimate: dict[str, float]) -> str:
         return f"{estimate['mean'] * 100:.1f}% [{estimate['low'] * 100:.1f}, {estimate['high'] * 100:.1f}]"
 
+    def points(estimate: dict[str, float]) -> str:
+        return interval(estimate).replace("%", " pts", 1)
+
     lines = [
         f"# Learning canary: {'PASSED' if verdict.passed else 'FAILED'}",
         "",
@@ -191,10 +223,17 @@ def verdict_markdown(verdict: Verdict, metric: str) -> str:
         "| run | is_correct |",
         "|---|---:|",
         *(f"| {run_label(run)} | {interval(estimate)} |" for run, estimate in verdict.is_correct.items()),
-        f"| **RL-refiner - base refines** | **{interval(verdict.gain).replace('%', ' pts', 1)}** |",
-        "",
-        f"Needs a gain of at least {verdict.min_is_correct_gain * 100:.0f} points.",
+        f"| **RL-refiner - base refines** | **{points(verdict.gain)}** |",
     ]
+    needs = f"Needs a gain of at least {verdict.min_is_correct_gain * 100:.0f} points"
+    if verdict.sft_gain is not None:
+        lines.append(f"| **SFT-refiner - base refines** | **{points(verdict.sft_gain)}** |")
+        if verdict.min_sft_gain is not None:
+            rl, sft = verdict.min_is_correct_gain * 100, verdict.min_sft_gain * 100
+            needs = f"Needs a gain over base refines of at least {rl:.0f} points (RL-refiner) and {sft:.0f} (SFT)"
+    if verdict.sft_rl_vs_rl is not None:
+        lines.append(f"| SFT+RL-refiner - RL-refiner (reported, not checked) | {points(verdict.sft_rl_vs_rl)} |")
+    lines += ["", needs + "."]
     if verdict.reasons:
         lines += ["", "Missed:", *(f"- {reason}" for reason in verdict.reasons)]
     return "\n".join(lines) + "\n"

@@ -36,6 +36,11 @@ class CanaryConfig(BaseModel):
     min_is_correct_gain: float = Field(
         0.15, description="RL-refiner minus base refines held-out is_correct (a share) must reach this"
     )
+    min_sft_gain: float = Field(
+        0.15,
+        description="SFT-refiner minus base refines held-out is_correct (a share) must reach this; checked when "
+        "the evaluation has the SFT refiner (sft.enabled)",
+    )
     window: float = Field(0.2, gt=0, le=0.5, description="share of the logged steps in each reward window")
     bootstrap_samples: PositiveInt = Field(2000, description="paired bootstrap resamples of the tasks")
     seed: int = Field(0, description="seed of the bootstrap")
@@ -73,7 +78,9 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as error:
         raise PipelineError(f"canary: {error} ({args.training_metrics}, {args.tasks})") from None
     heldout = tasks.filter(tasks["run"] == BASELINE_RUN).height
-    verdict = decide(windows, estimates, heldout, config.min_reward_ratio, config.min_is_correct_gain)
+    verdict = decide(
+        windows, estimates, heldout, config.min_reward_ratio, config.min_is_correct_gain, config.min_sft_gain
+    )
     output = args.output_dir
     write_text(json.dumps(verdict.to_json(), indent=2) + "\n", output / "verdict.json")
     write_text(verdict_markdown(verdict, args.reward_metric), output / "verdict.md")

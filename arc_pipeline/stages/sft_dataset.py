@@ -14,6 +14,7 @@ import argparse
 import json
 import logging
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt
 
@@ -49,6 +50,11 @@ class SftDatasetConfig(BaseModel):
     max_per_task: PositiveInt = Field(
         4, description="solving completions kept per task at most (distinct programs, in prediction id order)"
     )
+    keep: Literal["solved", "failed"] = Field(
+        "solved",
+        description="which completions become SFT data: those that solved their task; 'failed' (every other "
+        "one) exists for the canary's mutation run only (docs/canary.md), which must fail the SFT check",
+    )
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -72,7 +78,9 @@ def run(args: argparse.Namespace) -> int:
     predictions = _read(args.predictions, PREDICTIONS_SCHEMA, PREDICTION_COLUMNS)
     executions = _read(args.executions, EXECUTIONS_SCHEMA, EXECUTION_COLUMNS)
     try:
-        rows, counts = select_solutions(refinements, predictions, executions, config.max_per_task)
+        rows, counts = select_solutions(
+            refinements, predictions, executions, config.max_per_task, keep_failed=config.keep == "failed"
+        )
     except SelectionInputError as error:
         # the message starts with the table's role: name the file behind it
         role = str(error).split(":", 1)[0]

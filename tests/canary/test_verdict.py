@@ -84,3 +84,32 @@ def test_every_refiner_gets_a_row_and_the_gain_stays_rl_over_base_refines() -> N
     verdict = decide(reward_windows(metrics([2.0] * 5 + [4.0] * 5), METRIC, 0.2), estimates, 4, 1.5, 0.15)
     markdown = verdict_markdown(verdict, METRIC)
     assert "| SFT-refiner | 50.0% [" in markdown and "| SFT+RL-refiner | 100.0% [" in markdown
+
+
+def test_the_sft_refiner_must_beat_base_refines_and_sft_then_rl_is_reported_not_checked() -> None:
+    """With refiner sft evaluated, its gain over base refines is a third threshold; SFT then RL against RL alone
+    is a paired interval in the table whatever its sign."""
+    rising = reward_windows(metrics([2.0] * 5 + [4.0] * 5), METRIC, 0.2)
+    runs = {"baseline": [0, 0, 1, 0], "refine_base": [0, 0, 1, 0], "refine_rl": [1, 1, 1, 0]}
+    weak_sft = bootstrap_means(
+        tasks({**runs, "refine_sft": [0, 0, 1, 0], "refine_sft_rl": [0, 1, 1, 0]}),
+        [*runs, "refine_sft", "refine_sft_rl"],
+        200,
+        0,
+    )
+    verdict = decide(rising, weak_sft, 4, 1.5, 0.15, min_sft_gain=0.15)
+    assert not verdict.passed and verdict.reasons == [
+        "SFT-refiner is_correct +0.0 points over base refines, below +15.0"
+    ]
+    assert verdict.sft_rl_vs_rl["mean"] == pytest.approx(-0.25)  # worse than RL alone: reported, not a reason
+    markdown = verdict_markdown(verdict, METRIC)
+    assert "| **SFT-refiner - base refines** | **0.0 pts [" in markdown
+    assert "| SFT+RL-refiner - RL-refiner (reported, not checked) | -25.0 pts [" in markdown
+    assert set(verdict.is_correct) == {"baseline", "refine_base", "refine_rl", "refine_sft", "refine_sft_rl"}
+
+    strong_sft = bootstrap_means(tasks({**runs, "refine_sft": [1, 0, 1, 1]}), [*runs, "refine_sft"], 200, 0)
+    passed = decide(rising, strong_sft, 4, 1.5, 0.15, min_sft_gain=0.15)
+    assert passed.passed and passed.sft_gain["mean"] == pytest.approx(0.5) and passed.sft_rl_vs_rl is None
+    without_sft = decide(rising, bootstrap_means(tasks(runs), list(runs), 200, 0), 4, 1.5, 0.15, min_sft_gain=0.15)
+    assert without_sft.passed and without_sft.sft_gain is None and without_sft.min_sft_gain is None
+    assert "SFT" not in verdict_markdown(without_sft, METRIC)

@@ -66,7 +66,9 @@ def write_inputs(folder: Path, samples=SAMPLES) -> dict[str, Path]:
     return paths
 
 
-def run_stage(paths: dict[str, Path], folder: Path, max_per_task: int = 2) -> tuple[int, Path, Path]:
+def run_stage(
+    paths: dict[str, Path], folder: Path, max_per_task: int = 2, keep: str = "solved"
+) -> tuple[int, Path, Path]:
     """The stage's exit status, its output and its summary."""
     output, summary = folder / "sft.parquet", folder / "summary.json"
     status = cli_main(
@@ -83,7 +85,7 @@ def run_stage(paths: dict[str, Path], folder: Path, max_per_task: int = 2) -> tu
             "--summary",
             str(summary),
             "--config-json",
-            json.dumps({"max_per_task": max_per_task}),
+            json.dumps({"max_per_task": max_per_task, "keep": keep}),
         ]
     )
     return status, output, summary
@@ -112,6 +114,18 @@ def test_solves_are_kept_once_per_program_up_to_the_cap_and_counted(tmp_path):
         "prompts_with_success": 2,
     }
     assert counts["config"]["max_per_task"] == 2
+
+
+def test_the_mutation_keeps_the_failures_by_the_same_rules(tmp_path):
+    """keep: failed (the canary's mutation run) takes every completion that did not solve its task, once per
+    program and within the cap, never a solve."""
+    status, output, summary = run_stage(write_inputs(tmp_path), tmp_path, keep="failed")
+    assert status == 0
+    rows = read_frame(output, SFT_DATASET_SCHEMA)
+    assert rows["prediction_id"].to_list() == ["t1/t2/r0/s4", "t2/t2/r0/s0", "t2/t2/r0/s1"]
+    counts = json.loads(summary.read_text())
+    assert (counts["solved"], counts["kept"], counts["prompts_with_success"]) == (6, 3, 2)
+    assert counts["config"]["keep"] == "failed"
 
 
 def test_a_file_without_a_needed_column_is_named(tmp_path, capsys):

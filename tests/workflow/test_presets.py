@@ -119,7 +119,7 @@ def test_sft_rules_join_the_dag_only_when_switched_on() -> None:
         "sft_dataset/sft.parquet"
     )
     [(_, dataset_config)] = planned["sft-dataset"]
-    assert dataset_config == {"samples_per_prompt": 4, "max_per_task": 4}
+    assert dataset_config == {"samples_per_prompt": 4, "max_per_task": 4, "keep": "solved"}
     [(sampling_words, sampling)] = [
         (w, c) for w, c in planned["inference"] if writes(w, "sft_dataset/predictions.parquet")
     ]
