@@ -46,7 +46,7 @@ STAGES: dict[str, tuple[str, str]] = {
 }
 # Helpers: steps the rules run between stages, with no config section of their own.
 HELPERS: dict[str, tuple[str, str]] = {
-    "shard": ("arc_pipeline.helper_commands.shard", "take one shard of a tasks parquet"),
+    "shard": ("arc_pipeline.helper_commands.shard", "take one shard of a tasks or refinement parquet"),
     "gather": ("arc_pipeline.helper_commands.gather", "concatenate shard parquets"),
     "refine-prompts": ("arc_pipeline.helper_commands.refine_prompts", "evaluation refinement prompts from executions"),
     "benchmark-summary": (

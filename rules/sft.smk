@@ -1,7 +1,9 @@
 # The SFT refiner (issue 33): the base model samples sft_dataset.samples_per_prompt answers to every refinement
 # prompt of the training set (the inference stage's --refinements mode, as the evaluation's refinement runs), they
 # run in the sandbox, the ones that solved their task become the SFT data, and the sft stage trains a LoRA on
-# them. In the DAG only with sft.enabled, or when <results_dir>/sft/adapter is asked for.
+# them. In the DAG only with sft.enabled, or when <results_dir>/sft/adapter is asked for. The sampling is sharded
+# like BARC inference (sft_dataset.shards GPU jobs, then gathered), so a killed run redoes only unfinished shards.
+SFT_SHARDS = list(range(WORKFLOW.sft_dataset.shards))
 
 
 def sft_inference_slice():
@@ -17,31 +19,60 @@ def sft_stage_slice():
     return shlex.quote(json.dumps(value, sort_keys=True))
 
 
+rule sft_shard_prompts:
+    input:
+        rules.refine_dataset.output,
+    output:
+        temp(result("sft_dataset/shard{shard}.prompts.parquet")),
+    log:
+        log_path("sft_dataset/shard{shard}.prompts"),
+    benchmark:
+        benchmark_path("sft_shard_prompts", "shard{shard}")
+    params:
+        n_shards=len(SFT_SHARDS),
+    shell:
+        "arc-pipeline --log-file {log} shard --schema refinements --input {input} --index {wildcards.shard}"
+        " --count {params.n_shards} --output {output}"
+
+
 rule sft_inference:
     input:
-        refinements=rules.refine_dataset.output,
+        refinements=rules.sft_shard_prompts.output,
         model=rules.model.output,
     output:
-        result("sft_dataset/predictions.parquet"),
+        result("sft_dataset/shard{shard}.predictions.parquet"),
     log:
-        log_path("sft_dataset/inference"),
+        log_path("sft_dataset/inference.shard{shard}"),
     benchmark:
-        benchmark_path("sft_inference")
+        benchmark_path("sft_inference", "shard{shard}")
     threads: WORKFLOW.cluster.gpu.threads
     resources:
         **gpu_resources(),
     params:
         cfg=sft_inference_slice(),
-        gpu_memory=gpu_memory_path("sft_inference"),
+        gpu_memory=gpu_memory_path("sft_inference", "shard{shard}"),
     shell:
         GPU_STAGE
         + " --log-file {log} --gpu-memory-file {params.gpu_memory} inference --refinements {input.refinements}"
         " --model {input.model} --output {output} --config-json {params.cfg}"
 
 
+rule sft_gather:
+    input:
+        expand(result("sft_dataset/shard{shard}.predictions.parquet"), shard=SFT_SHARDS),
+    output:
+        result("sft_dataset/predictions.parquet"),
+    log:
+        log_path("sft_dataset/inference.gather"),
+    benchmark:
+        benchmark_path("sft_gather")
+    shell:
+        "arc-pipeline --log-file {log} gather --schema predictions --inputs {input} --output {output}"
+
+
 rule sft_execute:
     input:
-        predictions=rules.sft_inference.output,
+        predictions=rules.sft_gather.output,
         tasks=expand(result("barc_split/part{part}.parquet"), part=PARTS),
     output:
         executions=result("sft_dataset/executions.parquet"),
@@ -65,7 +96,7 @@ rule sft_execute:
 rule sft_dataset:
     input:
         refinements=rules.refine_dataset.output,
-        predictions=rules.sft_inference.output,
+        predictions=rules.sft_gather.output,
         executions=rules.sft_execute.output.executions,
     output:
         dataset=result("sft_dataset/sft.parquet"),

@@ -47,6 +47,11 @@ class SftDatasetConfig(BaseModel):
         description="second-turn completions the base model samples per refinement prompt (the workflow runs "
         "the inference stage with n = this, over `inference`'s sampling settings); read by the workflow",
     )
+    shards: PositiveInt = Field(
+        1,
+        description="GPU jobs the SFT sampling is split into (contiguous blocks of the refinement prompts, like "
+        "inference.shards); read by the workflow",
+    )
     max_per_task: PositiveInt = Field(
         4, description="solving completions kept per task at most (distinct programs, in prediction id order)"
     )

@@ -37,7 +37,8 @@ def test_without_configfile_the_embedded_default_applies() -> None:
 
 
 def planned_configs(target: str, *extra: str) -> dict[str, list[tuple[list[str], dict]]]:
-    """Per stage command (``inference``, ``execute``, ...) of a dry run: its arguments and config slice.
+    """Per stage command (``inference``, ``execute``, ...) of a dry run: its arguments and config slice
+    (``{}`` for the helper commands that take none: ``shard``, ``gather``, ...).
 
     Planned in a temporary folder: the tests never read or touch the user's own ``results/``.
     """
@@ -68,11 +69,12 @@ def planned_configs(target: str, *extra: str) -> dict[str, list[tuple[list[str],
     assert result.returncode == 0, result.stderr[-3000:]
     planned: dict[str, list[tuple[list[str], dict]]] = {}
     for line in (result.stdout + result.stderr).splitlines():
-        if "arc-pipeline " in line and "--config-json" in line:
+        if line.startswith("Shell command: arc-pipeline ") or ("arc-pipeline " in line and "--config-json" in line):
             words = shlex.split(re.sub(r"^.*?arc-pipeline", "arc-pipeline", line))
             # the command after the global options (GPU jobs: --compile-cache, --gpu-memory-file), as the CLI reads it
             command = build_parser().parse_known_args(words[1:])[0].command
-            planned.setdefault(command, []).append((words, json.loads(words[-1])))
+            config = json.loads(words[-1]) if "--config-json" in words else {}
+            planned.setdefault(command, []).append((words, config))
     return planned
 
 
@@ -107,31 +109,57 @@ def writes(words: list[str], path: str) -> bool:
 
 def test_sft_rules_join_the_dag_only_when_switched_on() -> None:
     """sft.enabled adds the SFT refiner's jobs to a preset's run: the base model samples
-    sft_dataset.samples_per_prompt answers per training-set refinement prompt, they run on every BARC part's
-    tasks, and the sft stage's slice leaves the switch out (turning it on reruns nothing trained)."""
+    sft_dataset.samples_per_prompt answers per training-set refinement prompt in sft_dataset.shards GPU jobs,
+    they run on every BARC part's tasks, and the sft stage's slice leaves the switch out (turning it on reruns
+    nothing trained)."""
     preset = ("--configfile", "config/barc-multiturn.yaml")
     default = planned_configs("all", *preset)
     assert not {"sft", "sft-dataset"} & set(default)
     assert "--init-adapter" not in default["train"][0][0]
-    planned = planned_configs("all", *preset, "--config", "sft={enabled: true}", "sft_dataset={samples_per_prompt: 4}")
+    planned = planned_configs(
+        "all", *preset, "--config", "sft={enabled: true}", "sft_dataset={samples_per_prompt: 4, shards: 3}"
+    )
     [(sft_words, sft_config)] = planned["sft"]
     assert "enabled" not in sft_config and sft_words[sft_words.index("--dataset") + 1].endswith(
         "sft_dataset/sft.parquet"
     )
     [(_, dataset_config)] = planned["sft-dataset"]
-    assert dataset_config == {"samples_per_prompt": 4, "max_per_task": 4, "keep": "solved"}
-    [(sampling_words, sampling)] = [
-        (w, c) for w, c in planned["inference"] if writes(w, "sft_dataset/predictions.parquet")
-    ]
-    assert sampling_words[sampling_words.index("--refinements") + 1].endswith("refine_dataset/refinement.parquet")
-    assert (sampling["n"], sampling["n_predictions"]) == (4, 4)
+    assert dataset_config == {"samples_per_prompt": 4, "shards": 3, "max_per_task": 4, "keep": "solved"}
+    assert_sft_sampling_sharded(planned, 3)
     [(execute_words, _)] = [(w, c) for w, c in planned["execute"] if writes(w, "sft_dataset/executions.parquet")]
+    assert execute_words[execute_words.index("--predictions") + 1].endswith("sft_dataset/predictions.parquet")
     n_parts = yaml.safe_load((REPO / "config" / "barc-multiturn.yaml").read_text())["barc"]["split"]["n_parts"]
     assert sum("barc_split/part" in word for word in execute_words) == n_parts
     assert "--init-adapter" not in planned["train"][0][0]  # sft on: the RL refiner still starts afresh
     assert len(planned["train"]) == 1  # no second GRPO job without sft.compare_sft_then_rl
     [(words, _)] = planned["evaluate"]
     assert words[words.index("--refiners") + 1 : words.index("--refinement-predictions")] == ["base", "rl", "sft"]
+
+
+def option(words: list[str], name: str) -> str:
+    return words[words.index(name) + 1]
+
+
+def assert_sft_sampling_sharded(planned: dict, n_shards: int) -> None:
+    """The refinement prompts split into ``n_shards`` blocks, one GPU job sampling each, one gather of them."""
+    shards = [words for words, _ in planned["shard"] if "refinements" in words]  # --schema refinements
+    assert sorted(option(words, "--index") for words in shards) == [str(k) for k in range(n_shards)]
+    for words in shards:
+        assert option(words, "--input").endswith("refine_dataset/refinement.parquet")
+        assert option(words, "--count") == str(n_shards)
+        assert option(words, "--output").endswith(f"sft_dataset/shard{option(words, '--index')}.prompts.parquet")
+    sampling = [(words, config) for words, config in planned["inference"] if "sft_dataset/" in " ".join(words)]
+    assert len(sampling) == n_shards
+    for words, config in sampling:
+        shard = re.fullmatch(r".*sft_dataset/shard(\d+)\.prompts\.parquet", option(words, "--refinements"))
+        assert shard is not None, words
+        assert option(words, "--output").endswith(f"sft_dataset/shard{shard[1]}.predictions.parquet")
+        assert (config["n"], config["n_predictions"]) == (4, 4)
+    [gather] = [words for words, _ in planned["gather"] if writes(words, "sft_dataset/predictions.parquet")]
+    inputs = gather[gather.index("--inputs") + 1 : gather.index("--output")]
+    assert all("sft_dataset/shard" in path for path in inputs)
+    assert [path.rsplit("/", 1)[1] for path in inputs] == [f"shard{k}.predictions.parquet" for k in range(n_shards)]
+    assert option(gather, "--schema") == "predictions"
 
 
 def test_sft_then_rl_makes_the_sft_adapter_an_input_of_train() -> None:
