@@ -1,4 +1,4 @@
-"""The learning canary through the real workflow: config/canary.yaml itself (docs/canary.md), 6-7 minutes on 2 cores.
+"""The learning canary through the real workflow: config/canary.yaml itself (docs/canary.md), ~10 min on 2 cores.
 
 Real vLLM on CPU, real TRL, the real sandboxed reward: the tiny model must learn from the ARC reward alone
 which answers pay, and its adapter must carry that to held-out tasks. This is the test that fails when the
