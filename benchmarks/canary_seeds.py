@@ -21,6 +21,7 @@ import statistics
 import subprocess
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 import yaml
@@ -46,6 +47,11 @@ def seed_config(
     path = work / f"seed{seed}{'-mutation' if mutation else ''}.yaml"
     path.write_text(yaml.safe_dump(overrides))
     return path, results
+
+
+def run_share(is_correct: dict, run: str) -> str:
+    """A run's held-out is_correct as a percentage, or '-' when the evaluation did not have the run."""
+    return f"{is_correct[run]['mean']:.1%}" if run in is_correct else "-"
 
 
 def points(estimate: dict | None) -> str:
@@ -93,10 +99,7 @@ def main() -> None:
         if "passed" not in row:
             print(f"| {row['seed']} | run failed (exit {row['status']}) |" + " |" * 10 + f" {row['seconds']:.0f} |")
             continue
-
-        def share(run: str, is_correct: dict = row["is_correct"]) -> str:
-            return f"{is_correct[run]['mean']:.1%}" if run in is_correct else "-"
-
+        share = partial(run_share, row["is_correct"])
         print(
             f"| {row['seed']} | {row['reward_first']:.2f} | {row['reward_last']:.2f} | {row['reward_ratio']:.2f}x "
             f"| {share('refine_base')} | {share('refine_rl')} | {points(row['gain'])} "

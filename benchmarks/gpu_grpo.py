@@ -138,8 +138,9 @@ def build_inputs(work: Path, grid_side: int, rows: int) -> dict[str, Any]:
     an earlier call built fewer: a run that outlasts its prompts starts a second epoch, whose first step
     overlapped generation cannot prefetch)."""
     done = work / "inputs.json"
-    if done.is_file() and json.loads(done.read_text()).get("rows", 0) >= rows:
-        return json.loads(done.read_text())
+    built = json.loads(done.read_text()) if done.is_file() else {}
+    if built.get("rows", 0) >= rows:
+        return built
     import numpy as np
 
     from arc_pipeline.domain.tasks import Pair, Task
