@@ -33,7 +33,7 @@ format: install
 	$(BIN)/snakefmt Snakefile rules/
 
 test: lint
-	$(BIN)/python -m pytest
+	PYTHON=$(BIN)/python scripts/run_tests.sh
 
 dry-run-condor: install
 	$(BIN)/snakemake --profile profiles/condor -n --configfile config/barc-multiturn.yaml
