@@ -33,7 +33,7 @@ format: install
 	$(BIN)/snakefmt Snakefile rules/
 
 test: lint
-	PYTHON=$(BIN)/python scripts/run_tests.sh
+	$(BIN)/python -m pytest
 
 dry-run-condor: install
 	$(BIN)/snakemake --profile profiles/condor -n --configfile config/barc-multiturn.yaml
