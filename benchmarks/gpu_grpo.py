@@ -21,8 +21,9 @@ phase (arc_pipeline/training/phases.py), tokens per step, model TFLOP/s and peak
 The model and prompts are built once under ``--work`` and reused; so are the compile caches, so the first
 variant's engine start is cold and the others' warm.
 
-Variants with several GPUs (``dp-2``, ``dp-4``, ``server-1+1``, ``server-tp2+2``, ``server-dp2+2``, and the
-``-overlap`` ones, whose server decodes the next step while the ranks train) run through
+Variants with several GPUs (``dp-2``, ``dp-4``, ``server-1+1``, ``server-tp2+2``, ``server-dp2+2``, the
+``-overlap`` ones, whose server decodes the next step while the ranks train, and the ``-overlap2`` ones, whose
+server request holds the two steps after the next) run through
 the stage's own launcher (arc_pipeline/training/launch.py) on the GPUs ``CUDA_VISIBLE_DEVICES`` names; for every
 variant the GPUs' memory is sampled with nvidia-smi into ``<work>/<variant>/gpu-memory.jsonl`` and the table
 shows each GPU's highest use while step 3 ran and while the last step ran. Separate invocations with disjoint
@@ -122,6 +123,42 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "vllm_mode": "server",
         "vllm_server_gpus": 2,
         "training_processes": 2,
+    },
+    # the correction's ratio from the loss's own forward (arc_pipeline/training/correction.py): no separate
+    # old-policy forward; per-token ratios (docs/multi-gpu.md)
+    "server-1+1-overlap-fused": {
+        "backward_chunk_tokens": 2100,
+        "vllm_mode": "server",
+        "vllm_server_gpus": 1,
+        "overlap_generation": True,
+        "vllm_importance_sampling_correction": True,
+        "vllm_importance_sampling_mode": "token_truncate",
+        "importance_sampling_from_loss_forward": True,
+    },
+    # two steps per server request, sent two steps ahead (overlap_request_steps: 2): a two-replica server decodes
+    # 64 sequences (32 each) while the two ranks train two steps
+    "server-dp2+2-overlap2-fused": {
+        "backward_chunk_tokens": 2100,
+        "vllm_mode": "server",
+        "vllm_server_gpus": 2,
+        "training_processes": 2,
+        "overlap_generation": True,
+        "overlap_request_steps": 2,
+        "vllm_importance_sampling_correction": True,
+        "vllm_importance_sampling_mode": "token_truncate",
+        "importance_sampling_from_loss_forward": True,
+    },
+    "server-tp2+2-overlap2-fused": {
+        "backward_chunk_tokens": 2100,
+        "vllm_mode": "server",
+        "vllm_server_gpus": 2,
+        "vllm_server_tensor_parallel_size": 2,
+        "training_processes": 2,
+        "overlap_generation": True,
+        "overlap_request_steps": 2,
+        "vllm_importance_sampling_correction": True,
+        "vllm_importance_sampling_mode": "token_truncate",
+        "importance_sampling_from_loss_forward": True,
     },
 }
 # environment of a variant's process (set before CUDA starts)

@@ -119,6 +119,13 @@ class TrainConfig(LoraSettings):
         "train on this step's, so each completion is one update old; needs vllm_importance_sampling_correction, "
         "which reweights for it (arc_pipeline/training/overlap.py). Off = on-policy, as published",
     )
+    overlap_request_steps: PositiveInt = Field(
+        1,
+        description="with overlap_generation: steps of completions one server request holds. 1 = the next step's, "
+        "decoded while this step trains (one update old); 2 = the two steps after the next, sent one request "
+        "every two steps (two and three updates old), for layouts whose server needs more than a step to decode "
+        "one step's completions (docs/multi-gpu.md)",
+    )
     training_processes: PositiveInt = Field(
         1,
         description="data-parallel training processes, one GPU each (torch.distributed; gloo on the CPU); they "
@@ -213,6 +220,13 @@ class TrainConfig(LoraSettings):
             "is the robust choice: a completion's product of 1,024 token ratios is far from 1 long before any "
             "token's is (docs/multi-gpu.md)",
         )
+    )
+    importance_sampling_from_loss_forward: bool = Field(
+        False,
+        description="with vllm_importance_sampling_correction: take the current policy's log-probs for the "
+        "correction from the loss's own forward, not from TRL's separate forward without gradient; the same "
+        "values while each generation batch is trained once (num_iterations 1), one forward fewer per step "
+        "(arc_pipeline/training/correction.py)",
     )
     vllm_importance_sampling_clip_max: float = Field(
         3.0, gt=1, description="upper bound of the importance ratio: truncated to it or masked above it (TRL 1.x: 3.0)"
@@ -352,6 +366,19 @@ class TrainConfig(LoraSettings):
             missing = [need for need, met in needs.items() if not met]
             if missing:
                 raise ValueError(f"overlap_generation needs {'; '.join(missing)}")
+        if self.overlap_request_steps > 1 and not self.overlap_generation:
+            raise ValueError("overlap_request_steps > 1 needs overlap_generation: true")
+        if self.importance_sampling_from_loss_forward:
+            needs = {
+                "vllm_importance_sampling_correction: true": self.vllm_importance_sampling_correction,
+                "num_iterations: 1 (with more passes the old policy is not the one being trained)": (
+                    self.num_iterations == 1
+                ),
+                "backend trl (unsloth computes its own loss)": self.backend == "trl",
+            }
+            missing = [need for need, met in needs.items() if not met]
+            if missing:
+                raise ValueError(f"importance_sampling_from_loss_forward needs {'; '.join(missing)}")
         if self.vllm_server_gpus % self.vllm_server_tensor_parallel_size:
             raise ValueError(
                 f"vllm_server_gpus ({self.vllm_server_gpus}) must be a multiple of vllm_server_tensor_parallel_size "

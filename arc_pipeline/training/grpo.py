@@ -194,6 +194,7 @@ def train(
     from arc_pipeline.scoring.rules import max_output_side
     from arc_pipeline.training.callbacks import CollapseGuard, LiveMetrics, metrics_rows
     from arc_pipeline.training.chunked_backward import ChunkedBackward
+    from arc_pipeline.training.correction import CorrectionFromLossForward
     from arc_pipeline.training.overlap import OverlappedGeneration
     from arc_pipeline.training.phases import PhaseTimer
     from arc_pipeline.training.preemption import CheckpointOnSigterm
@@ -255,12 +256,14 @@ def train(
         shared_prompt = None
         if config.share_prompt_forward and config.backend == "trl":  # unsloth: its own log-probs
             shared_prompt = SharedPromptForward().attach(trainer)
+        if config.importance_sampling_from_loss_forward:
+            CorrectionFromLossForward().attach(trainer)  # each loss computation (each chunk) fills its own ratio
         if config.backward_chunk_tokens is not None:
             ChunkedBackward(config.backward_chunk_tokens, shared_prompt=shared_prompt).attach(trainer)
         release_stranded_sync_buffers(trainer)  # server mode with vLLM < the fix of its issue 52950
         phases.attach(trainer)
-        if config.overlap_generation:
-            OverlappedGeneration().attach(trainer)  # last: its wait for the server counts as generation
+        if config.overlap_generation:  # last: its wait for the server counts as generation
+            OverlappedGeneration(config.overlap_request_steps).attach(trainer)
         trainer.train(resume_from_checkpoint=str(resume) if resume else None)
     if trainer.is_world_process_zero():
         share_like_umask(checkpoint_dir)  # checkpoints too are for colleagues to read (safetensors: 0600)

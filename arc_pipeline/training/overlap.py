@@ -1,27 +1,32 @@
-"""Server mode: generate the next step's completions while this step trains (``train.overlap_generation``).
+"""Server mode: generate later steps' completions while this step trains (``train.overlap_generation``).
 
 Without it a step is generate-then-train: the vLLM server's GPUs wait while the training GPUs back-propagate,
 and the training GPUs wait while the server decodes. Decoding one step's 32 sequences is bound by reading the
 weights once per token, so more engines hardly shorten it (docs/multi-gpu.md); running it beside training does.
 
-The order, per optimizer step ``t`` (weights ``w_t`` after ``t`` updates):
+One server request holds ``k`` steps' completions (``train.overlap_request_steps``, default 1). The order, per
+optimizer step ``t`` (weights ``w_t`` after ``t`` updates):
 
-1. wait for the request launched during step ``t-1``: step ``t``'s completions, sampled with ``w_{t-1}``;
-2. send ``w_t`` to the server (TRL's weight sync; never while a request is in flight);
-3. launch step ``t+1``'s request with ``w_t`` on a background thread of rank 0, and return step ``t``'s
-   completions; the training processes score and train on them while the server decodes.
+1. take step ``t``'s completions: kept from the last request, or that request's answer (waiting for it);
+2. when no request is in flight any more: send ``w_t`` to the server (TRL's weight sync, deferred from where
+   TRL asks for it, so that the server never changes weights while it decodes), then send the request for the
+   ``k`` steps after those already kept, on a background thread of rank 0; the training processes score and
+   train on step ``t``'s completions while the server decodes.
 
-So every completion is exactly one update old (on-policy runs have 0). TRL's vLLM importance-sampling
-correction (``vllm_importance_sampling_correction``, required with this setting) reweights each token by
-``pi_{w_t} / pi_{w_{t-1}}`` as computed from the old-policy forward and vLLM's sampling log-probs, truncated at
-TRL's cap. The first step, the first step of each epoch and the first after a resume generate synchronously:
-there is no earlier request to take.
+With ``k = 1`` every completion is exactly one update old (on-policy runs have 0). With ``k = 2`` a request is
+sent every second step, for the two steps after the next, so completions are two or three updates old: a server
+that needs up to two steps' time to decode one request's (twice as many) sequences still keeps up, and a batch
+of twice the sequences costs the server far less than twice the time (docs/multi-gpu.md). TRL's vLLM
+importance-sampling correction (``vllm_importance_sampling_correction``, required with this setting) reweights
+each token by ``pi_{w_t} / pi_{w_s}`` from the current policy's log-probs and vLLM's sampling log-probs,
+truncated at TRL's cap. The first step, the first step of each epoch and the first after a resume generate
+synchronously: there is no earlier request to take.
 
-The next step's prompts come from the trainer's own data loader: :meth:`OverlappedGeneration.get_batch_samples`
-reads one generation batch ahead of the batches the trainer has taken, and hands the trainer exactly the
-batches it would have had (same order, same content). Every rank launches and takes a request at the same
-points of its step, so the collectives (gathering the prompts, broadcasting the completions) line up; only
-rank 0's HTTP request runs on a thread.
+The later steps' prompts come from the trainer's own data loader: :meth:`OverlappedGeneration.get_batch_samples`
+reads generation batches ahead of those the trainer has taken, and hands the trainer exactly the batches it
+would have had (same order, same content). Every rank launches and takes a request at the same points of its
+step, so the collectives (gathering the prompts, broadcasting the completions) line up; only rank 0's HTTP
+request runs on a thread.
 """
 
 from __future__ import annotations
@@ -64,9 +69,11 @@ class _Lookahead:
 
 @dataclass
 class _Request:
-    """A generation request in flight: this rank's prompts, and on rank 0 the thread that asks the server."""
+    """A generation request in flight: this rank's prompts of each step it holds, every rank's row count of each
+    of those steps, and on rank 0 the thread that asks the server."""
 
-    prompts: list[list[int]]
+    blocks: list[list[list[int]]]
+    rows: list[list[int]]  # rows[block][rank]
     num_generations: int
     thread: threading.Thread | None = None
     output: dict[str, Any] | None = None
@@ -79,13 +86,19 @@ class OverlappedGeneration:
     engine (arc_pipeline/training/weight_sync.py, arc_pipeline/training/phases.py), so that the wait for a
     request counts as generation, not as weight sync."""
 
-    def __init__(self) -> None:
+    def __init__(self, request_steps: int = 1) -> None:
+        if request_steps < 1:
+            raise ValueError(f"overlap_request_steps must be at least 1, not {request_steps}")
+        self.request_steps = request_steps
         self.trainer: Any = None
         self.engine: Any = None
         self.lookahead: _Lookahead | None = None
         self.pending: _Request | None = None
-        self.prefetched_steps = 0  # steps whose completions came from a request launched a step earlier
+        self.kept: deque[tuple[list[list[int]], tuple]] = deque()  # (this rank's prompts, completions) per step
+        self.owed_sync: tuple[tuple, dict] | None = None  # TRL's weight sync, deferred until the server is idle
+        self.prefetched_steps = 0  # steps whose completions came from a request launched in an earlier step
         self.synchronous_steps = 0
+        self.requests_sent = 0
         self._inner_generate: Any = None
         self._inner_sync: Any = None
 
@@ -115,9 +128,10 @@ class OverlappedGeneration:
 
     # ------------------------------------------------------------------ the engine's two methods
 
-    def sync_weights(self, *args: Any, **kwargs: Any) -> Any:
-        self._settle()  # the server must not decode while its weights change
-        return self._inner_sync(*args, **kwargs)
+    def sync_weights(self, *args: Any, **kwargs: Any) -> None:
+        """Deferred: the weights go to the server right before the next request or synchronous generation, when
+        nothing is in flight (the server must not decode while its weights change)."""
+        self.owed_sync = (args, kwargs)
 
     def generate(
         self, prompts: list[list[int]], images: Any, num_generations: int, profiler: Any = None, **kwargs: Any
@@ -125,42 +139,58 @@ class OverlappedGeneration:
         from accelerate.utils import gather_object
 
         training = self.trainer.model.training
-        pending = self.pending
-        mine = (
-            training
-            and images is None
-            and not kwargs
-            and pending is not None
-            and pending.num_generations == num_generations
-            and pending.prompts == prompts
-        )
+        ours = training and images is None and not kwargs
+        mine = ours and self._holds(prompts, num_generations)
         # every rank must take the same branch: the branches run different collectives
         take = all(gather_object([mine]))
         if take:
-            self.pending = None
-            result = self._collect(pending)
+            if not self.kept:
+                self._keep(self.pending)
+                self.pending = None
+            _, result = self.kept.popleft()
             self.prefetched_steps += 1
         else:
-            if pending is not None:
+            if self.pending is not None or self.kept:
                 self._settle()
-                self.pending = None
                 log.warning("overlap_generation: the prefetched completions did not match this step's prompts")
+            self.pending = None
+            self.kept.clear()
+            self._pay_owed_sync()
             result = self._inner_generate(prompts, images, num_generations, profiler, **kwargs)
             self.synchronous_steps += int(training)
-        if training and images is None and not kwargs:
+        if ours and self.pending is None:
             self._launch_next(num_generations)
         return result
 
     # ------------------------------------------------------------------ requests
 
-    def _next_prompts(self) -> list[list[int]] | None:
-        """This rank's tokenized prompts of the next optimizer step, or None (last step, epoch's end)."""
+    def _holds(self, prompts: list[list[int]], num_generations: int) -> bool:
+        """Whether the next completions kept or in flight are for ``prompts``."""
+        if self.kept:
+            return self.kept[0][0] == prompts and len(self.kept[0][1][1]) == len(prompts)
+        request = self.pending
+        return request is not None and request.num_generations == num_generations and request.blocks[0] == prompts
+
+    def _pay_owed_sync(self) -> None:
+        if self.owed_sync is not None:
+            args, kwargs = self.owed_sync
+            self.owed_sync = None
+            self._inner_sync(*args, **kwargs)
+
+    def _steps_per_block(self) -> int:
+        args = self.trainer.args
+        return max(1, args.steps_per_generation * self.trainer.num_iterations // args.gradient_accumulation_steps)
+
+    def _prompts_ahead(self, blocks_ahead: int) -> list[list[int]] | None:
+        """This rank's tokenized prompts of the generation batch ``blocks_ahead`` after the next one (0: the next),
+        or None (past the last step or the epoch's end)."""
         trainer = self.trainer
-        if self.lookahead is None or trainer.state.global_step + 1 >= trainer.state.max_steps:
+        if self.lookahead is None:
+            return None
+        if trainer.state.global_step + (blocks_ahead + 1) * self._steps_per_block() >= trainer.state.max_steps:
             return None
         per_generation = trainer.args.steps_per_generation * trainer.num_iterations
-        given = self.lookahead.given
-        offset = -given % per_generation  # the next batch that starts a generation block
+        offset = -self.lookahead.given % per_generation + blocks_ahead * per_generation
         batch = self.lookahead.peek(offset)
         if batch is None:
             return None
@@ -170,17 +200,33 @@ class OverlappedGeneration:
     def _launch_next(self, num_generations: int) -> None:
         from accelerate.utils import gather_object
 
-        prompts = self._next_prompts()
-        if not all(gather_object([prompts is not None])):
+        blocks: list[list[list[int]]] = []
+        for index in range(self.request_steps):
+            prompts = self._prompts_ahead(len(self.kept) + index)
+            if prompts is None:
+                break
+            blocks.append(prompts)
+        count = min(gather_object([len(blocks)]))
+        if count == 0:
             return
-        all_prompts = gather_object([prompts])
-        request = _Request(prompts=prompts, num_generations=num_generations)
+        blocks = blocks[:count]
+        every_rank = gather_object([blocks])  # [rank][block] -> prompts
+        rows = [[len(rank_blocks[block]) for rank_blocks in every_rank] for block in range(count)]
+        self._pay_owed_sync()  # the server decodes this request with the weights trained so far
+        request = _Request(blocks=blocks, rows=rows, num_generations=num_generations)
         if self.trainer.accelerator.is_main_process:
-            unique = [group[i] for group in all_prompts for i in range(0, len(group), num_generations)]
+            # block by block, rank by rank: the order _keep cuts the answer in
+            unique = [
+                rank_blocks[block][i]
+                for block in range(count)
+                for rank_blocks in every_rank
+                for i in range(0, len(rank_blocks[block]), num_generations)
+            ]
             request.thread = threading.Thread(
                 target=self._ask_server, args=(request, unique), name="overlap-generation", daemon=True
             )
             request.thread.start()
+        self.requests_sent += 1
         self.pending = request
 
     def _ask_server(self, request: _Request, unique_prompts: list[list[int]]) -> None:
@@ -210,10 +256,12 @@ class OverlappedGeneration:
         if request is not None and request.thread is not None:
             request.done.wait()
 
-    def _collect(self, request: _Request) -> tuple:
-        """Rank 0's result of ``request``, broadcast; this rank's slice, as TRL's server-mode generate returns it."""
+    def _keep(self, request: _Request | None) -> None:
+        """Rank 0's answer to ``request``, broadcast; this rank's rows of each of its steps, kept in order, each as
+        TRL's server-mode generate returns it."""
         from accelerate.utils import broadcast_object_list
 
+        assert request is not None
         accelerator = self.trainer.accelerator
         payload = None
         if accelerator.is_main_process:
@@ -234,12 +282,17 @@ class OverlappedGeneration:
         all_prompt_ids, all_completion_ids, all_logprobs, all_logprob_token_ids = holder[0]
         n = request.num_generations
         all_prompt_ids = [ids for ids in all_prompt_ids for _ in range(n)]
-        mine = slice(
-            accelerator.process_index * len(request.prompts), (accelerator.process_index + 1) * len(request.prompts)
-        )
-        return (
-            all_prompt_ids[mine],
-            all_completion_ids[mine],
-            None if all_logprobs is None else all_logprobs[mine],
-            None if all_logprob_token_ids is None else all_logprob_token_ids[mine],
-        )
+        start = 0
+        for block, prompts in enumerate(request.blocks):
+            rows = request.rows[block]
+            mine = slice(
+                start + sum(rows[: accelerator.process_index]), start + sum(rows[: accelerator.process_index + 1])
+            )
+            start += sum(rows)
+            result = (
+                all_prompt_ids[mine],
+                all_completion_ids[mine],
+                None if all_logprobs is None else all_logprobs[mine],
+                None if all_logprob_token_ids is None else all_logprob_token_ids[mine],
+            )
+            self.kept.append((prompts, result))

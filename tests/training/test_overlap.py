@@ -97,14 +97,24 @@ def distinct_prompts_dataset(tiny_model, path, n_rows: int):
     return path
 
 
-def run(tiny_model, dataset, run_dir, overlap: bool, steps: int):
+def zero_reward(completions, **_):
+    return [0.0] * len(completions)
+
+
+def server_mode_trainer(tiny_model, dataset, run_dir, reward=zero_reward, **overrides):
+    """``(trainer, stand-in server)``: TRL's trainer on the tiny model wired to the stand-in server as server mode's
+    constructor would have wired it (it would also have connected to a real server)."""
+    config = cpu_config(**{"vllm_importance_sampling_correction": True, "num_generations": 4, **overrides})
+    trainer, _ = grpo_trainer(config, tiny_model, dataset, run_dir, reward)
+    server = StandInServer(config.max_completion_length, trainer.model.config.vocab_size)
+    trainer.use_vllm, trainer.vllm_generation, trainer._last_loaded_step = True, server, -1
+    return trainer, server
+
+
+def run(tiny_model, dataset, run_dir, overlap: bool, steps: int, request_steps: int = 1):
     """Train ``steps`` steps against the stand-in server: (server, prompts trained per step, step start times,
     the overlap object or None)."""
-    config = cpu_config(max_steps=steps, vllm_importance_sampling_correction=True, num_generations=4)
-    trainer, _ = grpo_trainer(config, tiny_model, dataset, run_dir, lambda completions, **_: [0.0] * len(completions))
-    server = StandInServer(config.max_completion_length, trainer.model.config.vocab_size)
-    # what server mode's constructor would have set up (it would also have connected to a real server)
-    trainer.use_vllm, trainer.vllm_generation, trainer._last_loaded_step = True, server, -1
+    trainer, server = server_mode_trainer(tiny_model, dataset, run_dir, max_steps=steps)
     trained: list[list[str]] = []
     generate_and_score = trainer._generate_and_score_completions
 
@@ -121,7 +131,7 @@ def run(tiny_model, dataset, run_dir, overlap: bool, steps: int):
         return training_step(*args, **kwargs)
 
     trainer.training_step = timed_training_step
-    overlapped = OverlappedGeneration().attach(trainer) if overlap else None
+    overlapped = OverlappedGeneration(request_steps).attach(trainer) if overlap else None
     trainer.train()
     assert trainer.state.global_step == steps
     return server, trained, step_started, overlapped
@@ -154,6 +164,92 @@ def test_the_next_steps_completions_are_sampled_while_this_step_trains(tiny_mode
     assert [r.weights for r in plain.requests] == list(range(1, steps + 1))
 
 
+def test_two_steps_per_request_are_sent_every_second_step_two_steps_ahead(tiny_model, tmp_path):
+    dataset = distinct_prompts_dataset(tiny_model, tmp_path / "refine.parquet", 16)
+    steps = 6
+    plain, plain_trained, _, _ = run(tiny_model, dataset, tmp_path / "plain", overlap=False, steps=steps)
+    server, trained, step_started, overlapped = run(
+        tiny_model, dataset, tmp_path / "overlap", overlap=True, steps=steps, request_steps=2
+    )
+
+    # the same batches in the same order, and the server asked for each step's prompts exactly once, in order
+    assert trained == plain_trained
+    assert [p for r in server.requests for p in r.prompts] == [p for r in plain.requests for p in r.prompts]
+    per_request = [len(r.prompts) // len(plain.requests[0].prompts) for r in server.requests]
+    # step 0 alone and synchronously; then steps 1-2 (sent during step 0), 3-4 (during step 1), 5 (during step 3)
+    assert per_request == [1, 2, 2, 1]
+    assert server.requests[0].thread == threading.main_thread().name
+    assert all(r.thread == "overlap-generation" for r in server.requests[1:])
+    assert overlapped.synchronous_steps == 1 and overlapped.prefetched_steps == steps - 1
+    assert overlapped.requests_sent == 3
+    # the weights go to the server only when it is idle (the stand-in asserts it) and right before a request:
+    # syncs 1 (step 0), 2 (step 1), 3 (step 3); TRL's syncs at steps 2, 4 and 5 wait for the next request
+    assert [r.weights for r in server.requests] == [1, 1, 2, 3]
+    # the request for steps 3-4 was sent during step 1 and answered after step 2 had started: it ran while two
+    # steps trained, so steps 3 and 4 train on completions two and three updates old
+    per_step = len(step_started) // steps
+    third = server.requests[2]
+    assert step_started[1 * per_step] < third.started < step_started[2 * per_step] < third.ended
+
+
+def test_the_correction_from_the_loss_forward_is_trls_without_its_extra_forward(tiny_model, tmp_path):
+    import torch
+
+    from arc_pipeline.training.correction import CorrectionFromLossForward
+
+    dataset = distinct_prompts_dataset(tiny_model, tmp_path / "refine.parquet", 8)
+    results = {}
+    for fused in (False, True):
+        torch.manual_seed(0)
+        trainer, _ = server_mode_trainer(
+            tiny_model,
+            dataset,
+            tmp_path / f"fused-{fused}",
+            reward=lambda completions, **_: [float(len(set(text))) for text in completions],  # advantages != 0
+            vllm_importance_sampling_mode="token_truncate",
+            vllm_importance_sampling_clip_max=3.0,
+        )
+        correction = CorrectionFromLossForward().attach(trainer) if fused else None
+        no_grad_forwards = []
+        forward = trainer._get_per_token_logps_and_entropies
+
+        def counting(*args, _forward=forward, _seen=no_grad_forwards, **kwargs):
+            _seen.append(not torch.is_grad_enabled())
+            return _forward(*args, **kwargs)
+
+        trainer._get_per_token_logps_and_entropies = counting
+        trainer.model.train()
+        trainer.current_gradient_accumulation_steps = trainer.args.gradient_accumulation_steps  # set by train()
+        batch = next(iter(trainer.get_train_dataloader()))
+        inputs = trainer._generate_and_score_completions(batch)
+        prepare_forwards = sum(no_grad_forwards)
+        loss = trainer.compute_loss(trainer.model, inputs)
+        params = [p for p in trainer.model.parameters() if p.requires_grad]
+        grads = torch.autograd.grad(loss, params)
+        results[fused] = (inputs, loss.detach(), grads, prepare_forwards, correction, trainer)
+
+    plain_inputs, plain_loss, plain_grads, plain_forwards, _, _ = results[False]
+    inputs, loss, grads, forwards, correction, trainer = results[True]
+    # TRL's path ran one forward without gradient for the old-policy log-probs besides the reference model's
+    # (beta > 0); this one the reference model's alone
+    assert trainer.beta > 0 and plain_forwards == 2 and forwards == 1 and correction.skipped_forwards == 1
+    assert "importance_sampling_ratio" in plain_inputs and "importance_sampling_ratio" not in inputs
+    assert "old_per_token_logps" not in inputs and correction.ratios_filled == 1
+    # the stand-in's sampling log-probs (-2) are far above the tiny model's, so every token's ratio is far below
+    # 1 and differs from token to token: a missing or constant ratio would change the loss many times over
+    assert bool(plain_inputs["advantages"].abs().max() > 0)
+    ratio = plain_inputs["importance_sampling_ratio"][plain_inputs["completion_mask"].bool()]
+    assert float(ratio.max()) < 0.1 and float(ratio.max() / ratio.min()) > 10
+    # the same loss and gradient. The two ratios come from two float32 forwards of the same weights and tokens
+    # (one batched for the whole generation batch, one inside the loss), which may sum in another order: a
+    # relative difference of a few float32 epsilons (1.2e-7) per accumulated term, far below 1e-4; the
+    # absolute floor is 1e-4 of each tensor's largest element, for elements that cancel to near zero
+    torch.testing.assert_close(loss, plain_loss, rtol=1e-4, atol=1e-4 * float(plain_loss.abs()))
+    for grad, plain_grad in zip(grads, plain_grads, strict=True):
+        torch.testing.assert_close(grad, plain_grad, rtol=1e-4, atol=1e-4 * float(plain_grad.abs().max()))
+    assert trainer._metrics["train"]["sampling/importance_sampling_ratio/mean"]
+
+
 @pytest.mark.parametrize(
     ("overrides", "named"),
     [
@@ -174,3 +270,24 @@ def test_overlap_names_the_settings_it_needs(overrides, named):
     with pytest.raises(ValueError, match=named):
         TrainConfig(overlap_generation=True, **overrides)
     TrainConfig(use_vllm=True, vllm_mode="server", vllm_importance_sampling_correction=True, overlap_generation=True)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "named"),
+    [
+        ({"overlap_request_steps": 2}, "needs overlap_generation"),
+        ({"importance_sampling_from_loss_forward": True}, "vllm_importance_sampling_correction"),
+        (
+            {
+                "importance_sampling_from_loss_forward": True,
+                "use_vllm": True,
+                "vllm_importance_sampling_correction": True,
+                "num_iterations": 2,
+            },
+            "num_iterations: 1",
+        ),
+    ],
+)
+def test_the_overlap_depth_and_the_fused_correction_name_what_they_need(overrides, named):
+    with pytest.raises(ValueError, match=named):
+        TrainConfig(**overrides)
