@@ -291,3 +291,35 @@ def test_overlap_names_the_settings_it_needs(overrides, named):
 def test_the_overlap_depth_and_the_fused_correction_name_what_they_need(overrides, named):
     with pytest.raises(ValueError, match=named):
         TrainConfig(**overrides)
+
+
+def test_each_rank_keeps_its_own_rows_of_every_step_a_request_holds():
+    """A request for two steps of two ranks: the server answers block by block, rank by rank (the order
+    _launch_next sends the prompts in); rank 1 must keep its own rows of each step, in step order."""
+    from types import SimpleNamespace
+
+    from arc_pipeline.training.overlap import _Request
+
+    n = 2  # completions per prompt
+    prompts = {(block, rank): [[block, rank, i] for i in range(2)] for block in range(2) for rank in range(2)}
+    # what the server returns for the unique prompts in the order they were sent
+    order = [prompts[(block, rank)][i] for block in range(2) for rank in range(2) for i in range(2)]
+    answer = {
+        "prompt_ids": order,
+        "completion_ids": [[*prompt, sample] for prompt in order for sample in range(n)],
+        "logprobs": [[[-float(sample)]] for _prompt in order for sample in range(n)],
+    }
+    overlapped = OverlappedGeneration(request_steps=2)
+    # rank 1 of two, made the main process here so that it reads the answer itself (no broadcast needed)
+    overlapped.trainer = SimpleNamespace(accelerator=SimpleNamespace(is_main_process=True, process_index=1))
+    mine = [[p for p in prompts[(block, 1)] for _ in range(n)] for block in range(2)]  # TRL repeats each prompt n times
+    request = _Request(blocks=mine, rows=[[4, 4], [4, 4]], num_generations=n, output=answer)
+    request.done.set()
+    overlapped._keep(request)
+
+    assert [kept_prompts for kept_prompts, _ in overlapped.kept] == mine
+    for block, (_, (prompt_ids, completion_ids, logprobs, _)) in enumerate(overlapped.kept):
+        expected = [[block, 1, i, sample] for i in range(2) for sample in range(n)]
+        assert completion_ids == expected
+        assert prompt_ids == [[block, 1, i] for i in range(2) for _ in range(n)]
+        assert logprobs == [[[-float(sample)]] for _ in range(2) for sample in range(n)]
