@@ -52,6 +52,20 @@ BASE_SETTINGS: dict[str, Any] = {
     "logging_steps": 1,
     "report_to": ["none"],
 }
+# overlapped generation with the correction computed from the loss's forward, per-token ratios
+FUSED_OVERLAP: dict[str, Any] = {
+    "overlap_generation": True,
+    "vllm_importance_sampling_correction": True,
+    "vllm_importance_sampling_mode": "token_truncate",
+    "importance_sampling_from_loss_forward": True,
+}
+# a server on 2 GPUs and 2 training processes, the preset's chunks
+SERVER_2_RANKS_2: dict[str, Any] = {
+    "backward_chunk_tokens": 2100,
+    "vllm_mode": "server",
+    "vllm_server_gpus": 2,
+    "training_processes": 2,
+}
 VARIANTS: dict[str, dict[str, Any]] = {
     "baseline": {},
     # before the shared prompt forward: every completion's row runs with its whole prompt
@@ -126,39 +140,15 @@ VARIANTS: dict[str, dict[str, Any]] = {
     },
     # the correction's ratio from the loss's own forward (arc_pipeline/training/correction.py): no separate
     # old-policy forward; per-token ratios (docs/multi-gpu.md)
-    "server-1+1-overlap-fused": {
-        "backward_chunk_tokens": 2100,
-        "vllm_mode": "server",
-        "vllm_server_gpus": 1,
-        "overlap_generation": True,
-        "vllm_importance_sampling_correction": True,
-        "vllm_importance_sampling_mode": "token_truncate",
-        "importance_sampling_from_loss_forward": True,
-    },
+    "server-1+1-overlap-fused": {"backward_chunk_tokens": 2100, "vllm_mode": "server", **FUSED_OVERLAP},
     # two steps per server request, sent two steps ahead (overlap_request_steps: 2): a two-replica server decodes
-    # 64 sequences (32 each) while the two ranks train two steps
-    "server-dp2+2-overlap2-fused": {
-        "backward_chunk_tokens": 2100,
-        "vllm_mode": "server",
-        "vllm_server_gpus": 2,
-        "training_processes": 2,
-        "overlap_generation": True,
-        "overlap_request_steps": 2,
-        "vllm_importance_sampling_correction": True,
-        "vllm_importance_sampling_mode": "token_truncate",
-        "importance_sampling_from_loss_forward": True,
-    },
+    # 64 sequences (32 each) while the two ranks train two steps; or the same on a TP-2 server
+    "server-dp2+2-overlap2-fused": {**SERVER_2_RANKS_2, **FUSED_OVERLAP, "overlap_request_steps": 2},
     "server-tp2+2-overlap2-fused": {
-        "backward_chunk_tokens": 2100,
-        "vllm_mode": "server",
-        "vllm_server_gpus": 2,
-        "vllm_server_tensor_parallel_size": 2,
-        "training_processes": 2,
-        "overlap_generation": True,
+        **SERVER_2_RANKS_2,
+        **FUSED_OVERLAP,
         "overlap_request_steps": 2,
-        "vllm_importance_sampling_correction": True,
-        "vllm_importance_sampling_mode": "token_truncate",
-        "importance_sampling_from_loss_forward": True,
+        "vllm_server_tensor_parallel_size": 2,
     },
 }
 # environment of a variant's process (set before CUDA starts)
