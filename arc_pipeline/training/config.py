@@ -16,6 +16,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
 
 from arc_pipeline.scoring.rewards import REWARD_NAMES
+from arc_pipeline.training.process_settings import check_process_settings
 
 ALL_PROJECTIONS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
@@ -337,7 +338,7 @@ class TrainConfig(LoraSettings):
                 "per_device_train_batch_size x gradient_accumulation_steps x training_processes must equal "
                 "num_generations x task_repeats"
             )
-        self._check_processes()
+        check_process_settings(self)
         if self.max_completion_length >= self.max_seq_length:
             raise ValueError("max_completion_length must be smaller than max_seq_length")
         if self.use_cpu and self.bf16:
@@ -349,45 +350,6 @@ class TrainConfig(LoraSettings):
         if self.soft_overlong_cache >= self.max_completion_length:
             raise ValueError("soft_overlong_cache must be smaller than max_completion_length")
         return self
-
-    def _check_processes(self) -> None:
-        if self.vllm_mode == "server" and not self.use_vllm:
-            raise ValueError("vllm_mode 'server' generates with a vLLM server: set use_vllm true or vllm_mode colocate")
-        if self.vllm_mode == "server" and self.vllm_enable_sleep_mode:
-            raise ValueError("vllm_enable_sleep_mode is for vllm_mode colocate: the server owns its GPUs")
-        if self.overlap_generation:
-            needs = {
-                "vllm_mode 'server' (the server decodes while the training GPUs train)": self.vllm_mode == "server",
-                "vllm_importance_sampling_correction: true (it reweights the one-update-old completions)": (
-                    self.vllm_importance_sampling_correction
-                ),
-                "online_multi_turn: false (its rollout generates turn by turn)": not self.online_multi_turn,
-            }
-            missing = [need for need, met in needs.items() if not met]
-            if missing:
-                raise ValueError(f"overlap_generation needs {'; '.join(missing)}")
-        if self.overlap_request_steps > 1 and not self.overlap_generation:
-            raise ValueError("overlap_request_steps > 1 needs overlap_generation: true")
-        if self.importance_sampling_from_loss_forward:
-            needs = {
-                "vllm_importance_sampling_correction: true": self.vllm_importance_sampling_correction,
-                "num_iterations: 1 (with more passes the old policy is not the one being trained)": (
-                    self.num_iterations == 1
-                ),
-                "backend trl (unsloth computes its own loss)": self.backend == "trl",
-            }
-            missing = [need for need, met in needs.items() if not met]
-            if missing:
-                raise ValueError(f"importance_sampling_from_loss_forward needs {'; '.join(missing)}")
-        if self.vllm_server_gpus % self.vllm_server_tensor_parallel_size:
-            raise ValueError(
-                f"vllm_server_gpus ({self.vllm_server_gpus}) must be a multiple of vllm_server_tensor_parallel_size "
-                f"({self.vllm_server_tensor_parallel_size})"
-            )
-        if self.backend == "unsloth" and self.backward_chunk_tokens is not None:
-            raise ValueError("backward_chunk_tokens is for backend trl: unsloth computes its own GRPO loss")
-        if self.backend == "unsloth" and self.launched:
-            raise ValueError("training_processes > 1 and vllm_mode 'server' need backend trl (unsloth: one GPU)")
 
     @property
     def launched(self) -> bool:

@@ -1,0 +1,54 @@
+"""Train settings about processes, GPUs and generation beside training that must agree with each other
+(arc_pipeline/training/config.py checks them with the rest of ``TrainConfig``; docs/multi-gpu.md)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def check_process_settings(config: Any) -> None:
+    """A ValueError naming the settings when a ``TrainConfig``'s layout, overlap or correction settings disagree
+    (typed ``Any``: this module is below config.py, which imports it)."""
+    if config.vllm_mode == "server" and not config.use_vllm:
+        raise ValueError("vllm_mode 'server' generates with a vLLM server: set use_vllm true or vllm_mode colocate")
+    if config.vllm_mode == "server" and config.vllm_enable_sleep_mode:
+        raise ValueError("vllm_enable_sleep_mode is for vllm_mode colocate: the server owns its GPUs")
+    if config.overlap_generation:
+        _require(
+            "overlap_generation",
+            {
+                "vllm_mode 'server' (the server decodes while the training GPUs train)": config.vllm_mode == "server",
+                "vllm_importance_sampling_correction: true (it reweights the completions sampled with older "
+                "weights)": config.vllm_importance_sampling_correction,
+                "online_multi_turn: false (its rollout generates turn by turn)": not config.online_multi_turn,
+            },
+        )
+    if config.overlap_request_steps > 1 and not config.overlap_generation:
+        raise ValueError("overlap_request_steps > 1 needs overlap_generation: true")
+    if config.importance_sampling_from_loss_forward:
+        _require(
+            "importance_sampling_from_loss_forward",
+            {
+                "vllm_importance_sampling_correction: true": config.vllm_importance_sampling_correction,
+                "num_iterations: 1 (with more passes the old policy is not the one being trained)": (
+                    config.num_iterations == 1
+                ),
+                "backend trl (unsloth computes its own loss)": config.backend == "trl",
+            },
+        )
+    if config.vllm_server_gpus % config.vllm_server_tensor_parallel_size:
+        raise ValueError(
+            f"vllm_server_gpus ({config.vllm_server_gpus}) must be a multiple of vllm_server_tensor_parallel_size "
+            f"({config.vllm_server_tensor_parallel_size})"
+        )
+    if config.backend == "unsloth" and config.backward_chunk_tokens is not None:
+        raise ValueError("backward_chunk_tokens is for backend trl: unsloth computes its own GRPO loss")
+    if config.backend == "unsloth" and config.launched:
+        raise ValueError("training_processes > 1 and vllm_mode 'server' need backend trl (unsloth: one GPU)")
+
+
+def _require(setting: str, needs: dict[str, bool]) -> None:
+    """A ValueError naming every unmet need of ``setting``."""
+    missing = [need for need, met in needs.items() if not met]
+    if missing:
+        raise ValueError(f"{setting} needs {'; '.join(missing)}")
