@@ -130,7 +130,8 @@ class CorrectionFromLossForward:
         return ratio
 
     def _log(self, ratio: Any, mask: Any) -> None:
-        values = ratio.flatten() if ratio.shape[1] == 1 else ratio[mask.bool()]
+        per_sequence = self.trainer.vllm_importance_sampling_mode.startswith("sequence")
+        values = ratio.flatten() if per_sequence else ratio[mask.bool()]
         if values.numel() == 0:
             return
         metrics = self.trainer._metrics["train"]

@@ -167,7 +167,7 @@ class OverlappedGeneration:
     def _holds(self, prompts: list[list[int]], num_generations: int) -> bool:
         """Whether the next completions kept or in flight are for ``prompts``."""
         if self.kept:
-            return self.kept[0][0] == prompts and len(self.kept[0][1][1]) == len(prompts)
+            return self.kept[0][0] == prompts  # its completions are one row per prompt row, as kept
         request = self.pending
         return request is not None and request.num_generations == num_generations and request.blocks[0] == prompts
 
