@@ -150,6 +150,21 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "overlap_request_steps": 2,
         "vllm_server_tensor_parallel_size": 2,
     },
+    # the same with each rank's micro-batch at one GPU's 8 completions (2 micro-batches of 8 instead of 4 of 4):
+    # bnpo normalises per micro-batch and the ranks' gradients are averaged, so the loss is one GPU's
+    "server-dp2+2-overlap2-fused-ga2": {
+        **SERVER_2_RANKS_2,
+        **FUSED_OVERLAP,
+        "overlap_request_steps": 2,
+        "gradient_accumulation_steps": 2,
+    },
+    "server-tp2+2-overlap2-fused-ga2": {
+        **SERVER_2_RANKS_2,
+        **FUSED_OVERLAP,
+        "overlap_request_steps": 2,
+        "vllm_server_tensor_parallel_size": 2,
+        "gradient_accumulation_steps": 2,
+    },
 }
 # environment of a variant's process (set before CUDA starts)
 VARIANT_ENVIRONMENT: dict[str, dict[str, str]] = {
