@@ -3,10 +3,11 @@
 Each child starts in its own session (its own process group), so one signal reaches the child and what it
 forked (torchrun's ranks, vLLM's engine processes). The supervising stage process becomes a child subreaper
 (arc_pipeline/generation/process_tree.py): a grandchild whose parent died is re-parented to it and stays
-findable. :meth:`Supervisor.stop` sends SIGTERM to every group, gives them ``grace_s`` seconds (a training
-rank finishes its step and saves a checkpoint on SIGTERM: arc_pipeline/training/preemption.py), then sends
-SIGKILL to the groups and to every process below the stage that carries the supervisor's tag (an environment
-variable every child and its descendants inherit): nothing the job started outlives the stage.
+findable. :meth:`Supervisor.stop` sends SIGTERM to one group after another, the last started first, each with
+``grace_s`` seconds to exit (a training rank finishes its step and saves a checkpoint on SIGTERM:
+arc_pipeline/training/preemption.py, while the server it may wait on still runs), then sends SIGKILL to the
+groups and to every process below the stage that carries the supervisor's tag (an environment variable every
+child and its descendants inherit): nothing the job started outlives the stage.
 
 Children inherit the stage's stdout and stderr, which ``arc-pipeline --log-file`` sends to the stage's log.
 """
@@ -92,17 +93,21 @@ class Supervisor:
         return done
 
     def stop(self) -> None:
-        """SIGTERM to every child's group, ``grace_s`` to exit, then SIGKILL to the groups and to every process
-        still below this one."""
-        running = [p for p in self.children.values() if p.poll() is None]
-        for process in running:
+        """Stop the children in reverse start order: SIGTERM to a child's group and up to ``grace_s`` to exit,
+        then the next. The ranks, started after the server, finish their step and save their checkpoint while
+        the server they may be waiting on still answers; a server stopped first would leave them waiting on it
+        until SIGKILL, without that checkpoint. Then SIGKILL to every group and to every process still below
+        this one."""
+        for process in reversed(list(self.children.values())):
+            if process.poll() is not None:
+                continue
             _signal_group(process.pid, signal.SIGTERM)
-        deadline = time.monotonic() + self.grace_s
-        while any(p.poll() is None for p in running) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        for process in self.children.values():
+            deadline = time.monotonic() + self.grace_s
+            while process.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.1)
             if process.poll() is None:
                 log.warning("pid %d did not exit %.0f s after SIGTERM: SIGKILL", process.pid, self.grace_s)
+        for process in self.children.values():
             _signal_group(process.pid, signal.SIGKILL)  # also the group's members left after its leader exited
         for _ in range(5):  # processes that left their group (their own sessions), re-parented to us
             pids = [pid for pid in descendants() if _tagged(pid, self.tag)]

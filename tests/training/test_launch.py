@@ -184,6 +184,44 @@ def test_sigterm_to_the_stage_stops_its_processes(tiny_model, refinement_dataset
     assert "stopped by SIGTERM" in ends_with_one_line(stage, tmp_path, timeout=60)
 
 
+# A child that logs its SIGTERM; as "ranks" it takes half a second to finish its step before it exits.
+ORDERED_CHILD = """
+import pathlib, signal, sys, time
+name, log = sys.argv[1], pathlib.Path(sys.argv[2])
+def on_term(*_):
+    with log.open("a") as out:
+        out.write(f"{name} SIGTERM\\n")
+    if name == "ranks":
+        time.sleep(0.5)
+        with log.open("a") as out:
+            out.write("ranks exit\\n")
+    sys.exit(0)
+signal.signal(signal.SIGTERM, on_term)
+pathlib.Path(f"{log}.{name}").touch()
+while True:
+    time.sleep(0.05)
+"""
+
+
+def test_stopping_ends_the_ranks_before_the_server(tmp_path):
+    """With two steps per server request the ranks may wait on the server to finish the step under way; SIGTERM
+    to both at once left them waiting until SIGKILL, without the preemption's checkpoint (docs/reliability.md, "Several GPUs")."""
+    from arc_pipeline.training.launch import RANKS, SERVER
+    from arc_pipeline.training.processes import Supervisor
+
+    script, log = tmp_path / "child.py", tmp_path / "order.log"
+    script.write_text(ORDERED_CHILD)
+    with Supervisor(grace_s=10) as supervisor:
+        for name, label in ((SERVER, "server"), (RANKS, "ranks")):
+            supervisor.start(name, [sys.executable, str(script), label, str(log)])
+        deadline = time.monotonic() + 30
+        while not all(Path(f"{log}.{label}").exists() for label in ("server", "ranks")):
+            assert time.monotonic() < deadline, "the children did not start"
+            time.sleep(0.05)
+    assert log.read_text().splitlines() == ["ranks SIGTERM", "ranks exit", "server SIGTERM"]
+    assert not job_processes(script)
+
+
 @pytest.mark.slow
 def test_failed_training_stops_a_healthy_server(tiny_model, refinement_dataset, tmp_path):
     # the server answers, the rank starts and fails (a CPU has no CUDA for use_vllm): the server must go too

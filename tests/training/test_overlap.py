@@ -31,6 +31,7 @@ class Request:
     thread: str
     started: float
     ended: float = 0.0
+    released: bool = False  # a held request: its event was set before the timeout
 
 
 class StandInServer:
@@ -41,6 +42,7 @@ class StandInServer:
     logprobs, structured_outputs_regex, generation_kwargs = 0, None, {}
 
     def __init__(self, max_completion_length: int, vocab: int) -> None:
+        self.hold: dict[int, threading.Event] = {}  # request index -> answer only once it is set (or after 60 s)
         self.max_completion_length = max_completion_length
         self.vocab = vocab
         self.weights = 0
@@ -64,6 +66,8 @@ class StandInServer:
             request = Request(prompts, self.weights, threading.current_thread().name, time.monotonic())
             self.requests.append(request)
             time.sleep(SERVER_SECONDS)
+            if (event := self.hold.get(len(self.requests) - 1)) is not None:
+                request.released = event.wait(timeout=60)
             completions = []
             for prompt in prompts:
                 for sample in range(n):
@@ -111,10 +115,13 @@ def server_mode_trainer(tiny_model, dataset, run_dir, reward=zero_reward, **over
     return trainer, server
 
 
-def run(tiny_model, dataset, run_dir, overlap: bool, steps: int, request_steps: int = 1):
+def run(tiny_model, dataset, run_dir, overlap: bool, steps: int, request_steps: int = 1, hold_until_step=None):
     """Train ``steps`` steps against the stand-in server: (server, prompts trained per step, step start times,
-    the overlap object or None)."""
+    the overlap object or None). ``hold_until_step`` {request index: step}: that request is answered only once
+    that step has begun training (or after a timeout, which the request records)."""
     trainer, server = server_mode_trainer(tiny_model, dataset, run_dir, max_steps=steps)
+    hold = {index: threading.Event() for index in (hold_until_step or {})}
+    server.hold = hold
     trained: list[list[str]] = []
     generate_and_score = trainer._generate_and_score_completions
 
@@ -128,6 +135,9 @@ def run(tiny_model, dataset, run_dir, overlap: bool, steps: int, request_steps: 
 
     def timed_training_step(*args, **kwargs):
         step_started.append(time.monotonic())
+        for index, step in (hold_until_step or {}).items():
+            if trainer.state.global_step >= step:
+                hold[index].set()
         return training_step(*args, **kwargs)
 
     trainer.training_step = timed_training_step
@@ -168,8 +178,9 @@ def test_two_steps_per_request_are_sent_every_second_step_two_steps_ahead(tiny_m
     dataset = distinct_prompts_dataset(tiny_model, tmp_path / "refine.parquet", 16)
     steps = 6
     plain, plain_trained, _, _ = run(tiny_model, dataset, tmp_path / "plain", overlap=False, steps=steps)
+    # the request for steps 3-4 is answered only once step 2 trains: a trainer that waited for it first would stall
     server, trained, step_started, overlapped = run(
-        tiny_model, dataset, tmp_path / "overlap", overlap=True, steps=steps, request_steps=2
+        tiny_model, dataset, tmp_path / "overlap", overlap=True, steps=steps, request_steps=2, hold_until_step={2: 2}
     )
 
     # the same batches in the same order, and the server asked for each step's prompts exactly once, in order
@@ -185,10 +196,12 @@ def test_two_steps_per_request_are_sent_every_second_step_two_steps_ahead(tiny_m
     # the weights go to the server only when it is idle (the stand-in asserts it) and right before a request:
     # syncs 1 (step 0), 2 (step 1), 3 (step 3); TRL's syncs at steps 2, 4 and 5 wait for the next request
     assert [r.weights for r in server.requests] == [1, 1, 2, 3]
-    # the request for steps 3-4 was sent during step 1 and answered after step 2 had started: it ran while two
-    # steps trained, so steps 3 and 4 train on completions two and three updates old
+    # the request for steps 3-4 was sent during step 1 and step 2 trained while it was in flight (the stand-in
+    # held its answer until then, whatever the machine's speed): steps 3 and 4 train on completions two and
+    # three updates old
     per_step = len(step_started) // steps
     third = server.requests[2]
+    assert third.released, "step 2 did not start while the request for steps 3-4 was in flight"
     assert step_started[1 * per_step] < third.started < step_started[2 * per_step] < third.ended
 
 
