@@ -242,15 +242,16 @@ def test_gpu_and_cpu_jobs_render_the_configured_requests(
 
 
 def test_train_requests_one_gpu_per_process_and_the_servers(workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # two data-parallel processes with colocated vLLM: 2 GPUs for train; the other GPU jobs keep request_gpus
-    argv = ["--profile", "condor", "--configfile", PUBLISHED, "--config", "train={training_processes: 2}"]
+    # the 4-GPU preset (docs/cluster.md): a server on 2 GPUs and 2 training processes make 4 GPUs for train; the
+    # other GPU jobs keep request_gpus
+    argv = ["--profile", "condor", "--configfile", "config/barc-multiturn-4gpu.yaml"]
     workflow, settings = _dry_run_in_process(argv, monkeypatch)
     per_rule = _submit_descriptions(workflow, settings, monkeypatch)
     requested = {rule: {s["request_gpus"] for s in per_rule[rule]} for rule in GPU_RULES}
-    assert requested.pop("train") == {"2"}
+    assert requested.pop("train") == {"4"}
     assert set().union(*requested.values()) == {"1"}
     (train_job,) = (job for job in workflow.dag.jobs if job.rule.name == "train")
-    assert train_job.resources["gpus"] == 2  # what a workstation run (--resources gpus=N) counts
+    assert train_job.resources["gpus"] == 4  # what a workstation run (--resources gpus=N) counts
 
 
 # --------------------------------------------------------------------------------------------
