@@ -165,6 +165,15 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "vllm_server_tensor_parallel_size": 2,
         "gradient_accumulation_steps": 2,
     },
+    # the same with an fp8 KV cache on the server (it changes what is sampled): the server is that layout's bound
+    "server-tp2+2-overlap2-fused-ga2-fp8kv": {
+        **SERVER_2_RANKS_2,
+        **FUSED_OVERLAP,
+        "overlap_request_steps": 2,
+        "vllm_server_tensor_parallel_size": 2,
+        "gradient_accumulation_steps": 2,
+        "vllm_server_kv_cache_dtype": "fp8",
+    },
 }
 # environment of a variant's process (set before CUDA starts)
 VARIANT_ENVIRONMENT: dict[str, dict[str, str]] = {

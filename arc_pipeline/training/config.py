@@ -15,6 +15,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
 
+from arc_pipeline.generation.engine import KvCacheDtype
 from arc_pipeline.scoring.rewards import REWARD_NAMES
 from arc_pipeline.training.process_settings import check_process_settings
 
@@ -108,6 +109,11 @@ class TrainConfig(LoraSettings):
     )
     vllm_server_gpu_memory_utilization: float = Field(
         0.9, gt=0, le=1, description="server mode: share of each server GPU's memory vLLM takes (it owns them)"
+    )
+    vllm_server_kv_cache_dtype: KvCacheDtype = Field(
+        "auto",
+        description="server mode: the server's KV cache; fp8 halves the bytes each decode step reads per cached "
+        "token (the server is the bound of the 4-GPU layout: docs/multi-gpu.md). It changes what is sampled",
     )
     vllm_server_timeout_s: float = Field(
         600,

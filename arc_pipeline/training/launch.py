@@ -120,6 +120,8 @@ def server_command(config: TrainConfig, model_dir: Path, port: int, extra: Seque
         str(config.max_seq_length),
         "--dtype",
         "bfloat16" if config.bf16 else "auto",
+        "--kv_cache_dtype",
+        config.vllm_server_kv_cache_dtype,
         *extra,
     ]
 

@@ -124,13 +124,16 @@ def test_gpus_are_split_server_first_and_a_short_machine_is_refused():
 
 
 def test_server_command_and_ports():
-    config = TrainConfig(**{**SERVER_CONFIG, "vllm_server_gpus": 4, "vllm_server_tensor_parallel_size": 2})
+    config = TrainConfig(
+        **{**SERVER_CONFIG, "vllm_server_gpus": 4, "vllm_server_tensor_parallel_size": 2},
+        vllm_server_kv_cache_dtype="fp8",
+    )
     command = server_command(config, Path("/models/m"), 8123)
     assert command[1:3] == ["-m", "trl.scripts.vllm_serve"]
     options = dict(zip(command[3::2], command[4::2]))
     assert options["--model"] == "/models/m" and options["--port"] == "8123"
     assert options["--tensor_parallel_size"] == "2" and options["--data_parallel_size"] == "2"
-    assert options["--max_model_len"] == "2048"
+    assert options["--max_model_len"] == "2048" and options["--kv_cache_dtype"] == "fp8"
     ports = free_ports(3)
     assert len(set(ports)) == 3
 
