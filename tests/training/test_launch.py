@@ -208,7 +208,8 @@ while True:
 
 def test_stopping_ends_the_ranks_before_the_server(tmp_path):
     """With two steps per server request the ranks may wait on the server to finish the step under way; SIGTERM
-    to both at once left them waiting until SIGKILL, without the preemption's checkpoint (docs/reliability.md, "Several GPUs")."""
+    to both at once left them waiting until SIGKILL, without the preemption's checkpoint (docs/reliability.md,
+    "Several GPUs")."""
     from arc_pipeline.training.launch import RANKS, SERVER
     from arc_pipeline.training.processes import Supervisor
 
