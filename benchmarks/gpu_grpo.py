@@ -66,6 +66,10 @@ SERVER_2_RANKS_2: dict[str, Any] = {
     "vllm_server_gpus": 2,
     "training_processes": 2,
 }
+# that layout with two steps per server request and the correction from the loss's forward; the server as 2
+# replicas or as one TP-2 engine
+TWO_REPLICAS_OVERLAP_2: dict[str, Any] = {**SERVER_2_RANKS_2, **FUSED_OVERLAP, "overlap_request_steps": 2}
+TP2_OVERLAP_2: dict[str, Any] = {**TWO_REPLICAS_OVERLAP_2, "vllm_server_tensor_parallel_size": 2}
 VARIANTS: dict[str, dict[str, Any]] = {
     "baseline": {},
     # before the shared prompt forward: every completion's row runs with its whole prompt
@@ -143,34 +147,15 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "server-1+1-overlap-fused": {"backward_chunk_tokens": 2100, "vllm_mode": "server", **FUSED_OVERLAP},
     # two steps per server request, sent two steps ahead (overlap_request_steps: 2): a two-replica server decodes
     # 64 sequences (32 each) while the two ranks train two steps; or the same on a TP-2 server
-    "server-dp2+2-overlap2-fused": {**SERVER_2_RANKS_2, **FUSED_OVERLAP, "overlap_request_steps": 2},
-    "server-tp2+2-overlap2-fused": {
-        **SERVER_2_RANKS_2,
-        **FUSED_OVERLAP,
-        "overlap_request_steps": 2,
-        "vllm_server_tensor_parallel_size": 2,
-    },
+    "server-dp2+2-overlap2-fused": TWO_REPLICAS_OVERLAP_2,
+    "server-tp2+2-overlap2-fused": TP2_OVERLAP_2,
     # the same with each rank's micro-batch at one GPU's 8 completions (2 micro-batches of 8 instead of 4 of 4):
     # bnpo normalises per micro-batch and the ranks' gradients are averaged, so the loss is one GPU's
-    "server-dp2+2-overlap2-fused-ga2": {
-        **SERVER_2_RANKS_2,
-        **FUSED_OVERLAP,
-        "overlap_request_steps": 2,
-        "gradient_accumulation_steps": 2,
-    },
-    "server-tp2+2-overlap2-fused-ga2": {
-        **SERVER_2_RANKS_2,
-        **FUSED_OVERLAP,
-        "overlap_request_steps": 2,
-        "vllm_server_tensor_parallel_size": 2,
-        "gradient_accumulation_steps": 2,
-    },
+    "server-dp2+2-overlap2-fused-ga2": {**TWO_REPLICAS_OVERLAP_2, "gradient_accumulation_steps": 2},
+    "server-tp2+2-overlap2-fused-ga2": {**TP2_OVERLAP_2, "gradient_accumulation_steps": 2},
     # the same with an fp8 KV cache on the server (it changes what is sampled): the server is that layout's bound
     "server-tp2+2-overlap2-fused-ga2-fp8kv": {
-        **SERVER_2_RANKS_2,
-        **FUSED_OVERLAP,
-        "overlap_request_steps": 2,
-        "vllm_server_tensor_parallel_size": 2,
+        **TP2_OVERLAP_2,
         "gradient_accumulation_steps": 2,
         "vllm_server_kv_cache_dtype": "fp8",
     },

@@ -120,8 +120,8 @@ def run(tiny_model, dataset, run_dir, overlap: bool, steps: int, request_steps: 
     the overlap object or None). ``hold_until_step`` {request index: step}: that request is answered only once
     that step has begun training (or after a timeout, which the request records)."""
     trainer, server = server_mode_trainer(tiny_model, dataset, run_dir, max_steps=steps)
-    hold = {index: threading.Event() for index in (hold_until_step or {})}
-    server.hold = hold
+    hold_until_step = hold_until_step or {}
+    server.hold = {index: threading.Event() for index in hold_until_step}
     trained: list[list[str]] = []
     generate_and_score = trainer._generate_and_score_completions
 
@@ -135,9 +135,9 @@ def run(tiny_model, dataset, run_dir, overlap: bool, steps: int, request_steps: 
 
     def timed_training_step(*args, **kwargs):
         step_started.append(time.monotonic())
-        for index, step in (hold_until_step or {}).items():
+        for index, step in hold_until_step.items():
             if trainer.state.global_step >= step:
-                hold[index].set()
+                server.hold[index].set()
         return training_step(*args, **kwargs)
 
     trainer.training_step = timed_training_step
