@@ -159,6 +159,9 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "gradient_accumulation_steps": 2,
         "vllm_server_kv_cache_dtype": "fp8",
     },
+    # three steps per request (96 sequences): each decode step's weight reads serve more tokens; completions up
+    # to two updates older than with two steps per request
+    "server-tp2+2-overlap3-fused-ga2": {**TP2_OVERLAP_2, "overlap_request_steps": 3, "gradient_accumulation_steps": 2},
 }
 # environment of a variant's process (set before CUDA starts)
 VARIANT_ENVIRONMENT: dict[str, dict[str, str]] = {
