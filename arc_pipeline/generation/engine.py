@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -35,7 +36,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from arc_pipeline.generation.engine_args import engine_arguments, platform_workarounds
+from arc_pipeline.generation.engine_args import engine_arguments, platform_environment, platform_workarounds
 from arc_pipeline.generation.process_tree import own_descendants
 from arc_pipeline.generation.seeding import derive_seed
 from arc_pipeline.generation.watchdog import StallWatchdog
@@ -186,8 +187,12 @@ class Engine:
         self.stage = stage
         kwargs = engine_arguments(config)
         kwargs.update(platform_workarounds(config))
+        environment = platform_environment(config)
+        for name, value in environment.items():
+            os.environ.setdefault(name, value)
         started = time.perf_counter()
         settings = ", ".join(f"{key}={value}" for key, value in kwargs.items() if key != "model")
+        settings += "".join(f", {name}={os.environ[name]}" for name in environment)
         log.info("starting vLLM on %s (%s)", config.model, settings)
         with self._watchdog(f"starting vLLM on {config.model}"):
             self._llm = LLM(**kwargs)

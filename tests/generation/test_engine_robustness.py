@@ -166,6 +166,11 @@ def _inference(tasks: Path, model: Path, output: Path, adapter: Path | None = No
     return command + (["--adapter", str(adapter)] if adapter else [])
 
 
+# vLLM's engine core and worker in processes of their own, as on GPUs (on CPU the stage runs them inside its own
+# process: engine_args.platform_environment): what the stage must clean up when it stalls or is signalled
+ENGINE_PROCESSES = dict(os.environ, VLLM_ENABLE_V1_MULTIPROCESSING="1")
+
+
 def _alive(pids: list[int]) -> list[int]:
     import psutil
 
@@ -212,7 +217,9 @@ def test_a_stalled_engine_fails_in_one_clear_line(workdir: Path, tasks_path: Pat
     log_file = workdir / "stalled.log"
     command = _inference(tasks_path, model_dir, output, stall_timeout_s=0.5)
     command[3:3] = ["--log-file", str(log_file)]  # global option, before the command name
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=ENGINE_PROCESSES
+    )
     seen: set[int] = set()
     while process.poll() is None:
         from arc_pipeline.generation.process_tree import descendants
@@ -241,7 +248,9 @@ class SignalledStage:
         self.engine_processes: list[int] = []
         self.signalled = threading.Event()
         command = _inference(tasks, model, output, n_predictions=32, n=32, max_tokens=2000)
-        self.process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        self.process = subprocess.Popen(
+            command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=ENGINE_PROCESSES
+        )
         threading.Thread(target=self._watch_stderr, daemon=True).start()  # also keeps the pipe from filling
 
     def _watch_stderr(self) -> None:

@@ -1,7 +1,7 @@
 """Real vLLM on CPU with the tiny model: first-turn and refinement predictions, end to end.
 
-Two engine starts for the whole module: one in this process (shared by the tests through a
-module-scoped fixture) and one through the CLI in a subprocess.
+Two engine starts for the whole module: one from this process, its worker in a process of its own (shared by
+the tests through a module-scoped fixture), and one through the CLI in a subprocess, inside that process.
 """
 
 from __future__ import annotations
@@ -64,7 +64,12 @@ def model_dir(workdir: Path, tasks_path: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def engine(model_dir: Path) -> Engine:
-    with Engine(EngineConfig(model=str(model_dir), **ENGINE)) as engine:
+    # vLLM's worker in a process of its own, as vLLM runs it by default; the CLI's stage runs it in its own
+    # process on CPU (engine_args.platform_environment), and test_cli_end_to_end compares the two
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "1")
+        engine = Engine(EngineConfig(model=str(model_dir), **ENGINE))
+    with engine:
         yield engine
 
 
@@ -193,14 +198,19 @@ def test_cli_killed_half_way_leaves_no_output(workdir: Path, tasks_path: Path, m
 
 def test_cli_end_to_end(workdir: Path, tasks_path: Path, model_dir: Path, first_turn) -> None:
     output = workdir / "cli" / "predictions.parquet"
-    result = subprocess.run(_cli(tasks_path, model_dir, output), capture_output=True, text=True, timeout=900)
+    environment = {key: value for key, value in os.environ.items() if key != "VLLM_ENABLE_V1_MULTIPROCESSING"}
+    result = subprocess.run(
+        _cli(tasks_path, model_dir, output), capture_output=True, text=True, timeout=900, env=environment
+    )
     assert result.returncode == 0, result.stderr[-3000:]
+    assert "VLLM_ENABLE_V1_MULTIPROCESSING=0)" in result.stderr  # the engine ran inside the stage's process
     assert "2 prompts too long, skipped: task_huge/t1/r0, task_huge/t1/r1" in result.stderr
     frame = read_frame(output, PREDICTIONS_SCHEMA)
     assert frame.height == 4 * 4
     assert frame["model"].unique().to_list() == ["tiny-llama-seed0"]
     assert frame["adapter"].null_count() == frame.height
-    # another process, another engine, the same seed: the same prompts and the same samples
+    # another process, another engine (in that process, not in a worker process), the same seed: the same
+    # prompts and the same samples
     in_process = {row["prediction_id"]: (row["prompt_hash"], row["text"]) for row in first_turn[1]}
     from_cli = {row["prediction_id"]: (row["prompt_hash"], row["text"]) for row in frame.iter_rows(named=True)}
     assert from_cli == in_process
