@@ -1,6 +1,8 @@
 """No engine process outlives the stage that started it.
 
-vLLM runs its engine core and workers in child processes. When a stage ends badly (an exception, a
+vLLM runs its engine core and workers in child processes (on GPUs, and wherever
+``VLLM_ENABLE_V1_MULTIPROCESSING=1``; a CPU stage keeps them in its own process: ``engine_args.py``,
+``platform_environment``). When a stage ends badly (an exception, a
 SIGTERM from Snakemake or HTCondor, Ctrl-C, the stall watchdog) those children can be left behind: a
 ``VLLM::Worker`` spinning in a CPU kernel ignores SIGTERM and keeps a core busy until someone runs
 ``kill -9``. :func:`own_descendants` makes the stage process responsible for every process below it:
