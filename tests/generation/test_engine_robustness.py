@@ -249,15 +249,19 @@ class SignalledStage:
         self.signalled = threading.Event()
         command = _inference(tasks, model, output, n_predictions=32, n=32, max_tokens=2000)
         self.process = subprocess.Popen(
-            command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=ENGINE_PROCESSES
+            command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=ENGINE_PROCESSES
         )
         threading.Thread(target=self._watch_stderr, daemon=True).start()  # also keeps the pipe from filling
 
     def _watch_stderr(self) -> None:
+        """Raw reads, not lines: the progress bar's first frame ends in a carriage return, and a line reader holds
+        it back until the bar's next frame (when the first completion finishes, seconds to a minute later)."""
         from arc_pipeline.generation.process_tree import descendants
 
-        for line in self.process.stderr:
-            if "Processed prompts" in line and not self.signalled.is_set():
+        seen = b""
+        while chunk := os.read(self.process.stderr.fileno(), 65536):
+            seen = seen[-64:] + chunk
+            if b"Processed prompts" in seen and not self.signalled.is_set():
                 self.engine_processes = descendants(self.process.pid)
                 self.process.send_signal(self.signum)
                 self.signalled.set()
