@@ -166,9 +166,11 @@ def _inference(tasks: Path, model: Path, output: Path, adapter: Path | None = No
     return command + (["--adapter", str(adapter)] if adapter else [])
 
 
-# vLLM's engine core and worker in processes of their own, as on GPUs (on CPU the stage runs them inside its own
-# process: engine_args.platform_environment): what the stage must clean up when it stalls or is signalled
-ENGINE_PROCESSES = dict(os.environ, VLLM_ENABLE_V1_MULTIPROCESSING="1")
+def _with_engine_processes() -> dict[str, str]:
+    """This environment, with vLLM's engine core and worker in processes of their own, as on GPUs (on CPU the stage
+    runs them inside its own process: engine_args.platform_environment): what a stage must clean up when it stalls
+    or is signalled."""
+    return dict(os.environ, VLLM_ENABLE_V1_MULTIPROCESSING="1")
 
 
 def _alive(pids: list[int]) -> list[int]:
@@ -218,7 +220,7 @@ def test_a_stalled_engine_fails_in_one_clear_line(workdir: Path, tasks_path: Pat
     command = _inference(tasks_path, model_dir, output, stall_timeout_s=0.5)
     command[3:3] = ["--log-file", str(log_file)]  # global option, before the command name
     process = subprocess.Popen(
-        command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=ENGINE_PROCESSES
+        command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=_with_engine_processes()
     )
     seen: set[int] = set()
     while process.poll() is None:
@@ -249,7 +251,7 @@ class SignalledStage:
         self.signalled = threading.Event()
         command = _inference(tasks, model, output, n_predictions=32, n=32, max_tokens=2000)
         self.process = subprocess.Popen(
-            command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=ENGINE_PROCESSES
+            command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=_with_engine_processes()
         )
         threading.Thread(target=self._watch_stderr, daemon=True).start()  # also keeps the pipe from filling
 
