@@ -25,6 +25,7 @@ from tests.evaluation import evaluation_helpers as data
 
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory) -> Path:
+    # only its tokenizer is read; the tokenizer does not depend on the warm-up, which takes most of a build
     folder = tmp_path_factory.mktemp("model")
     tasks = folder / "tasks.parquet"
     write_table([task.to_row() for task in data.tasks()], tasks, TASKS_SCHEMA)
@@ -37,7 +38,7 @@ def tiny_model(tmp_path_factory) -> Path:
             "--output",
             str(output),
             "--config-json",
-            json.dumps({"source": "tiny", "tiny": {"vocab_size": 600}}),
+            json.dumps({"source": "tiny", "tiny": {"vocab_size": 600, "warmup_steps": 0}}),
         ]
     )
     return output
