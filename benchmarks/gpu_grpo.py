@@ -201,14 +201,12 @@ def build_inputs(work: Path, grid_side: int, rows: int) -> dict[str, Any]:
     write_table([task.to_row() for task in tasks], work / "tasks.parquet", TASKS_SCHEMA)
     model_dir = work / "model"
     if not (model_dir / "config.json").is_file():
-        # in a child process: the build's CUDA memory (the 8B weights, ~17 GiB on GPU 0) stays held by the process
-        # that allocated it, and a variant's vLLM server that starts on GPU 0 at 0.9 of its memory then fails
-        build = (
-            "import sys; from pathlib import Path; "
-            "from arc_pipeline.models.random import RandomModelConfig, build_random_model; "
-            "build_random_model(Path(sys.argv[1]), Path(sys.argv[2]), RandomModelConfig(warmup_steps=0))"
-        )
-        subprocess.run([sys.executable, "-c", build, str(work / "tasks.parquet"), str(model_dir)], check=True)
+        # the model stage in a child process: the build's CUDA memory (the 8B weights, ~17 GiB on GPU 0) stays held
+        # by the process that allocated it, and a variant's vLLM server that starts on GPU 0 at 0.9 of its memory
+        # then fails; the stage also writes the folder whole or not at all
+        config = json.dumps({"source": "random", "random": {"warmup_steps": 0}})
+        stage = ["model", "--tasks", str(work / "tasks.parquet"), "--output", str(model_dir), "--config-json", config]
+        subprocess.run([sys.executable, "-m", "arc_pipeline.cli", *stage], check=True)
     tokenizer = load_tokenizer(model_dir)
     examples = []
     for task in tasks:

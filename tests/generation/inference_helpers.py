@@ -48,11 +48,15 @@ def write_tasks(tasks: list[Task], path: Path) -> Path:
     return write_table([task.to_row() for task in tasks], path, TASKS_SCHEMA)
 
 
-def build_untrained_tiny_model(tasks_path: Path, out: Path) -> Path:
-    """The model stage's tiny Llama with random weights (no answer-format warm-up): for plumbing tests."""
+def build_untrained_tiny_model(tasks_path: Path, out: Path, vocab_size: int | None = None) -> Path:
+    """The model stage's tiny Llama with random weights (no answer-format warm-up): for plumbing tests, and for
+    tests that read only its tokenizer (which does not depend on the warm-up)."""
+    import json
+
     from arc_pipeline.cli import main
 
-    config = '{"source": "tiny", "tiny": {"warmup_steps": 0}}'
+    tiny: dict[str, int] = {"warmup_steps": 0} | ({"vocab_size": vocab_size} if vocab_size else {})
+    config = json.dumps({"source": "tiny", "tiny": tiny})
     assert main(["model", "--tasks", str(tasks_path), "--output", str(out), "--config-json", config]) == 0
     return out
 

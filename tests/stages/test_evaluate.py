@@ -21,27 +21,17 @@ from arc_pipeline.schemas import (
 from arc_pipeline.scoring.execution import executions_frame
 from arc_pipeline.scoring.submission import read_submission, score_submission
 from tests.evaluation import evaluation_helpers as data
+from tests.generation.inference_helpers import build_untrained_tiny_model, write_tasks
 
 
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory) -> Path:
-    # only its tokenizer is read; the tokenizer does not depend on the warm-up, which takes most of a build
+    # only its tokenizer is read: the untrained build (the warm-up takes most of a build, and the tokenizer does not
+    # depend on it)
     folder = tmp_path_factory.mktemp("model")
-    tasks = folder / "tasks.parquet"
-    write_table([task.to_row() for task in data.tasks()], tasks, TASKS_SCHEMA)
-    output = folder / "tiny"
-    cli_main(
-        [
-            "model",
-            "--tasks",
-            str(tasks),
-            "--output",
-            str(output),
-            "--config-json",
-            json.dumps({"source": "tiny", "tiny": {"vocab_size": 600, "warmup_steps": 0}}),
-        ]
+    return build_untrained_tiny_model(
+        write_tasks(data.tasks(), folder / "tasks.parquet"), folder / "tiny", vocab_size=600
     )
-    return output
 
 
 def refine_prompts_status(paths: dict[str, Path], model: Path, output: Path, k: int, first: int = 2, **extra) -> int:

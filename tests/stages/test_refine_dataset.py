@@ -7,7 +7,6 @@ byte for byte.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +19,7 @@ from arc_pipeline.domain.tasks import Pair, Task
 from arc_pipeline.io import read_frame, write_table
 from arc_pipeline.refinement import select_for_evaluation, select_for_training, wrong_predictions
 from arc_pipeline.schemas import EXECUTIONS_SCHEMA, PREDICTIONS_SCHEMA, REFINEMENT_SCHEMA, TASKS_SCHEMA
+from tests.generation.inference_helpers import build_untrained_tiny_model, write_tasks
 from tests.prediction_rows import prediction_row
 
 # hflip, then rot90 once, then 1 -> 3 (Green) and 2 -> 4 (Yellow)
@@ -141,23 +141,12 @@ SYSTEM = (
 
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory) -> Path:
-    # only its tokenizer is read; the tokenizer does not depend on the warm-up, which takes most of a build
+    # only its tokenizer is read: the untrained build (the warm-up takes most of a build, and the tokenizer does not
+    # depend on it)
     folder = tmp_path_factory.mktemp("model")
-    tasks = folder / "tasks.parquet"
-    write_table([task.to_row() for task in make_tasks()], tasks, TASKS_SCHEMA)
-    output = folder / "tiny"
-    cli_main(
-        [
-            "model",
-            "--tasks",
-            str(tasks),
-            "--output",
-            str(output),
-            "--config-json",
-            json.dumps({"source": "tiny", "tiny": {"vocab_size": 600, "warmup_steps": 0}}),
-        ]
+    return build_untrained_tiny_model(
+        write_tasks(make_tasks(), folder / "tasks.parquet"), folder / "tiny", vocab_size=600
     )
-    return output
 
 
 def test_selection_picks_best_wrong_prediction_per_task():
