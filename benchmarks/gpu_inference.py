@@ -23,7 +23,11 @@ engine and GPU each; same prompts, same seeds) and prints one table of tokens/s:
 - ``fp8-kv-seqs``: fp8 KV and ``--fp8-max-num-seqs`` sequences at once (default twice
   ``--max-num-seqs``: fp8 fits twice the tokens);
 - ``cascade``: ``cascade_attention: true`` (vLLM 0.31; it only applies while every running sequence
-  shares 256+ prompt tokens, so ``--common-prefix-tokens`` gives every prompt the same opening).
+  shares 256+ prompt tokens, so ``--common-prefix-tokens`` gives every prompt the same opening);
+- ``seqs-2x``: the bf16 cache at twice ``--max-num-seqs`` (fits where the GPU has the memory: an H200);
+- ``unseeded`` and ``no-top-p``: what the sampler's per-request seeds and its top-p (0.95 over the 128k
+  vocabulary) cost a decode step. Both change what is sampled (and unseeded runs are not reproducible):
+  they measure, they are not levers to adopt.
 
     python benchmarks/gpu_inference.py --tasks 250 --variants baseline fp8-kv fp8-kv-seqs cascade
 """
@@ -107,7 +111,7 @@ def prompt_lengths(spec: str, count: int, rng: np.random.Generator) -> list[int]
     return [int(spec)] * count
 
 
-VARIANTS = ("baseline", "fp8-kv", "fp8-kv-seqs", "cascade")
+VARIANTS = ("baseline", "fp8-kv", "fp8-kv-seqs", "cascade", "seqs-2x", "unseeded", "no-top-p")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -163,6 +167,8 @@ def variant_settings(args: argparse.Namespace, variant: str) -> dict[str, Any]:
         settings["kv_cache_dtype"] = "fp8"
     if variant == "fp8-kv-seqs":
         settings["max_num_seqs"] = args.fp8_max_num_seqs or 2 * args.max_num_seqs
+    if variant == "seqs-2x":
+        settings["max_num_seqs"] = 2 * args.max_num_seqs
     if variant == "cascade":
         settings["cascade_attention"] = True
     return settings
@@ -190,7 +196,13 @@ def measure(args: argparse.Namespace, variant: str) -> dict[str, Any]:
     prompts = make_prompts(args, rounds)
     settings = variant_settings(args, variant)
     config = EngineConfig(model=str(model_dir), **settings)
-    sampling = SamplingConfig(n=args.n, max_tokens=args.max_tokens, seed=None if args.unseeded else 0)
+    unseeded = args.unseeded or variant == "unseeded"
+    sampling = SamplingConfig(
+        n=args.n,
+        max_tokens=args.max_tokens,
+        seed=None if unseeded else 0,
+        **({"top_p": 1.0} if variant == "no-top-p" else {}),
+    )
     started = time.perf_counter()
     engine = Engine(config)
     start_s = time.perf_counter() - started
