@@ -4,7 +4,7 @@
 
 Runs ``arc-pipeline inference`` twice on ``<results>/evaluate/refine_prompts.parquet`` with the run's own
 refinement settings (``inference`` with ``evaluate.engine`` over it) and ``temperature: 0``, each in a
-process of its own: once as ``<results>/model`` + the refiner's adapter, once as
+process of its own: once as ``<results>/model/base`` + the refiner's adapter, once as
 ``<results>/evaluate/merged_<refiner>``. Prints engine start, generation time and tokens/s of each, and the
 share of prompts whose two completions are the same text (bf16 rounding of the merged weights may split a
 few near-ties).
@@ -88,13 +88,13 @@ def main() -> None:
     adapter = args.adapter or results / "train" / "adapter"
     merged = results / "evaluate" / f"merged_{args.refiner}"
     prompts = results / "evaluate" / "refine_prompts.parquet"
-    for path in (adapter, merged, prompts, results / "model"):
+    for path in (adapter, merged, prompts, results / "model" / "base"):
         if not path.exists():
             raise SystemExit(f"{path}: not found (run the workflow with evaluate.merge_adapter: true first)")
     out = args.out or Path(tempfile.mkdtemp(prefix="merged-vs-lora-"))
     out.mkdir(parents=True, exist_ok=True)
     figures = {
-        "base + LoRA": run_inference(prompts, results / "model", adapter, settings, out / "lora.parquet"),
+        "base + LoRA": run_inference(prompts, results / "model" / "base", adapter, settings, out / "lora.parquet"),
         "merged": run_inference(prompts, merged, None, settings, out / "merged.parquet"),
     }
     lora = pl.read_parquet(out / "lora.parquet").select("prediction_id", lora="text")

