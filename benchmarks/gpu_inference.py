@@ -174,6 +174,16 @@ def variant_settings(args: argparse.Namespace, variant: str) -> dict[str, Any]:
     return settings
 
 
+def variant_sampling(args: argparse.Namespace, variant: str) -> Any:
+    """The sampling of one variant: the pipeline's defaults (top-p 0.95, per-request seeds) unless the variant
+    measures one of them."""
+    from arc_pipeline.generation.engine import SamplingConfig
+
+    unseeded = args.unseeded or variant == "unseeded"
+    top_p = {"top_p": 1.0} if variant == "no-top-p" else {}
+    return SamplingConfig(n=args.n, max_tokens=args.max_tokens, seed=None if unseeded else 0, **top_p)
+
+
 def make_prompts(args: argparse.Namespace, rounds: int) -> list[list[int]]:
     """Random token prompts of the chosen lengths, the same for every variant (fixed seed)."""
     rng = np.random.default_rng(0)
@@ -187,7 +197,7 @@ def make_prompts(args: argparse.Namespace, rounds: int) -> list[list[int]]:
 
 def measure(args: argparse.Namespace, variant: str) -> dict[str, Any]:
     """One engine of ``variant``: start it, generate every prompt, return the figures."""
-    from arc_pipeline.generation.engine import Engine, EngineConfig, SamplingConfig
+    from arc_pipeline.generation.engine import Engine, EngineConfig
     from arc_pipeline.generation.requests import n_rounds
 
     rounds = n_rounds(args.n_predictions, args.n)
@@ -196,13 +206,7 @@ def measure(args: argparse.Namespace, variant: str) -> dict[str, Any]:
     prompts = make_prompts(args, rounds)
     settings = variant_settings(args, variant)
     config = EngineConfig(model=str(model_dir), **settings)
-    unseeded = args.unseeded or variant == "unseeded"
-    sampling = SamplingConfig(
-        n=args.n,
-        max_tokens=args.max_tokens,
-        seed=None if unseeded else 0,
-        **({"top_p": 1.0} if variant == "no-top-p" else {}),
-    )
+    sampling = variant_sampling(args, variant)
     started = time.perf_counter()
     engine = Engine(config)
     start_s = time.perf_counter() - started

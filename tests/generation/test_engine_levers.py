@@ -146,6 +146,15 @@ def test_benchmark_variants_build_valid_engine_configs() -> None:
         "fp8-kv": ("fp8", 256, False),
         "fp8-kv-seqs": ("fp8", 512, False),
         "cascade": ("auto", 256, True),
+        "seqs-2x": ("auto", 512, False),
+        "unseeded": ("auto", 256, False),
+        "no-top-p": ("auto", 256, False),
+    }
+    # the two sampler variants change only what they measure; every other variant samples as the pipeline does
+    sampling = {variant: bench.variant_sampling(args, variant) for variant in args.variants}
+    assert {variant: (s.seed, s.top_p) for variant, s in sampling.items() if (s.seed, s.top_p) != (0, 0.95)} == {
+        "unseeded": (None, 0.95),
+        "no-top-p": (0, 1.0),
     }
     # the baseline is what the script measured before it had variants
     baseline = engine_arguments(configs["baseline"])
