@@ -40,6 +40,8 @@ PUBLISHED = "config/barc-multiturn.yaml"
 GPU_KEYS = ("request_gpus", "request_memory", "request_disk", "gpus_minimum_memory")
 # The rules that run on a GPU node; every other rule must ask for no GPU.
 GPU_RULES = {"inference", "train", "evaluate_baseline_inference", "evaluate_refinement_inference"}
+# a GPU-class job too (a float32 8B merge needs the GPU node's host memory), planned where evaluate.merge_adapter is on
+MERGE_RULE = "merge_adapter"
 # CPU rules with several threads (from `cluster.cpu.threads`); the rest use one.
 CPU_THREADED_RULES = {"execute", "evaluate_execute"}
 
@@ -83,6 +85,16 @@ def _cluster_config(configfile: str | None) -> dict[str, Any]:
         for section, values in override.items():
             cluster.setdefault(section, {}).update(values)
     return cluster
+
+
+def gpu_rules_of(configfile: str | None) -> set[str]:
+    """The GPU rules a run of ``configfile`` (None: the embedded default) plans: GPU_RULES, and rule
+    merge_adapter where the preset merges its adapters for the evaluation."""
+    from arc_pipeline.config.prepare import prepare_config
+
+    path = REPO / (configfile or "config/config.yaml")
+    config = prepare_config(yaml.safe_load(path.read_text()), {}, REPO, [str(path)])
+    return GPU_RULES | ({MERGE_RULE} if config.evaluate.merge_adapter else set())
 
 
 def _dry_run_in_process(
@@ -218,15 +230,16 @@ def test_gpu_and_cpu_jobs_render_the_configured_requests(
     jobdir = _profile("condor")["htcondor-jobdir"]
 
     gpu_rules = {rule for rule, subs in per_rule.items() if any("request_gpus" in s for s in subs)}
-    assert gpu_rules == GPU_RULES
-    assert set(per_rule) - GPU_RULES, "no CPU job was submitted"
+    expected = gpu_rules_of(configfile)
+    assert gpu_rules == expected
+    assert set(per_rule) - expected, "no CPU job was submitted"
     for rule, submits in per_rule.items():
         for submit in submits:
             rendered = str(submit)
             assert submit["log"] == f"{jobdir}/snakemake-rules.log"
             assert submit["output"].startswith(f"{jobdir}/{rule}/")
             assert submit["getenv"] == "True"
-            if rule in GPU_RULES:
+            if rule in expected:
                 for key in GPU_KEYS:
                     assert submit[key] == str(gpu[key]), (rule, key)
                     assert f"{key} = {gpu[key]}\n" in rendered
@@ -267,7 +280,8 @@ def _expected_counts(configfile: str | None) -> dict[str, int]:
     shards = config["inference"]["shards"]
     refiners = 2 + len(config["evaluate"]["extra_adapters"])  # base model, trained adapter, extras
     eval_shards = config["evaluate"].get("shards", 1)
-    return {
+    merged = {MERGE_RULE: refiners - 1} if config["evaluate"].get("merge_adapter") else {}  # every adapter once
+    return merged | {
         "barc_download": 1,
         "barc_tasks": 1,
         "barc_split": parts,

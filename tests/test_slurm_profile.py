@@ -23,7 +23,15 @@ from snakemake_executor_plugin_slurm.submit_string import get_submit_command
 from snakemake_executor_plugin_slurm.utils import set_gres_string
 from snakemake_executor_plugin_slurm_jobstep import get_cpu_setting, get_gpu_setting
 
-from tests.test_profiles import GPU_RULES, PUBLISHED, REPO, _cluster_config, _dry_run_in_process, workdir  # noqa: F401
+from tests.test_profiles import (  # noqa: F401  (workdir: a throwaway copy of the workflow)
+    GPU_RULES,
+    PUBLISHED,
+    REPO,
+    _cluster_config,
+    _dry_run_in_process,
+    gpu_rules_of,
+    workdir,
+)
 
 PROFILE = yaml.safe_load((REPO / "profiles/slurm/config.yaml").read_text())
 
@@ -66,14 +74,14 @@ def test_gpu_jobs_ask_sbatch_for_the_configured_gpu(
     defaults = PROFILE["default-resources"]
     # request_memory of the presets is in GB: HTCondor's G is GiB, Slurm's --mem is MiB
     gpu_mem = int(gpu["request_memory"].removesuffix("GB")) * 1024
-    seen = set()
+    expected, seen = gpu_rules_of(configfile), set()
     for job in workflow.dag.jobs:
         if job.rule.name in workflow._localrules or job.is_norun:  # run by Snakemake itself, never submitted
             continue
         seen.add(job.rule.name)
         options = _sbatch_options(job, settings)
-        step = f"{get_cpu_setting(job, job.rule.name in GPU_RULES)} {get_gpu_setting(job)}"
-        if job.rule.name in GPU_RULES:
+        step = f"{get_cpu_setting(job, job.rule.name in expected)} {get_gpu_setting(job)}"
+        if job.rule.name in expected:
             assert _option(options, "--gpus") == str(gpu["request_gpus"]), options
             assert _option(options, "--mem") == str(gpu_mem), options
             assert _option(options, "-t") == str(gpu.get("runtime", 1440)), options
@@ -85,7 +93,7 @@ def test_gpu_jobs_ask_sbatch_for_the_configured_gpu(
             assert _option(options, "-t") == str(defaults["runtime"]), options
             threads = cpu["threads"] if job.rule.name in ("execute", "evaluate_execute") else 1
             assert _option(options, "--cpus-per-task") == str(threads), (job.rule.name, options)
-    assert GPU_RULES <= seen and len(seen - GPU_RULES) > 5
+    assert expected <= seen and len(seen - expected) > 5
 
 
 def test_partition_and_gpu_model_reach_sbatch(workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811

@@ -19,7 +19,7 @@ from snakemake.workflow import Workflow
 
 from arc_pipeline.errors import PipelineError
 from arc_pipeline.gpu_slots import acquire, pin_gpus
-from tests.test_profiles import GPU_RULES, workdir  # noqa: F401  (workdir: a throwaway copy of the workflow)
+from tests.test_profiles import GPU_RULES, gpu_rules_of, workdir  # noqa: F401  (workdir: a throwaway copy of the workflow)
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -49,8 +49,9 @@ def test_gpu_rules_take_one_gpu_of_the_machines_gpus(
     workflow = _dry_run(argv + (["--configfile", configfile] if configfile else []), monkeypatch)
     assert workflow.global_resources["gpus"] == 4
     per_rule = {job.rule.name: job.resources.get("gpus", 0) for job in workflow.dag.jobs}
-    assert {rule for rule, gpus in per_rule.items() if gpus} == GPU_RULES
-    assert all(per_rule[rule] == 1 for rule in GPU_RULES)
+    expected = gpu_rules_of(configfile)
+    assert {rule for rule, gpus in per_rule.items() if gpus} == expected
+    assert all(per_rule[rule] == 1 for rule in expected)
 
 
 def test_workstation_profile_defaults_to_one_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
