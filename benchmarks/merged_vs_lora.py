@@ -30,7 +30,6 @@ from typing import Any
 import yaml
 
 REPO = Path(__file__).resolve().parent.parent
-log = logging.getLogger("merged_vs_lora")
 READY = re.compile(r"vLLM engine ready in ([0-9.]+) s")
 GENERATED = re.compile(r"generated \d+ completions \((\d+) tokens\) for \d+ prompts in ([0-9.]+) s")
 

@@ -280,7 +280,7 @@ def _expected_counts(configfile: str | None) -> dict[str, int]:
     shards = config["inference"]["shards"]
     refiners = 2 + len(config["evaluate"]["extra_adapters"])  # base model, trained adapter, extras
     eval_shards = config["evaluate"].get("shards", 1)
-    merged = {MERGE_RULE: refiners - 1} if config["evaluate"].get("merge_adapter") else {}  # every adapter once
+    merged = {MERGE_RULE: refiners - 1} if MERGE_RULE in gpu_rules_of(configfile) else {}  # every adapter once
     return merged | {
         "barc_download": 1,
         "barc_tasks": 1,

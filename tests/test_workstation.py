@@ -19,7 +19,7 @@ from snakemake.workflow import Workflow
 
 from arc_pipeline.errors import PipelineError
 from arc_pipeline.gpu_slots import acquire, pin_gpus
-from tests.test_profiles import GPU_RULES, gpu_rules_of, workdir  # noqa: F401  (workdir: a throwaway copy of the workflow)
+from tests.test_profiles import gpu_rules_of, workdir  # noqa: F401  (workdir: a throwaway copy of the workflow)
 
 REPO = Path(__file__).resolve().parents[1]
 
