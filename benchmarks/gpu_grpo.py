@@ -43,6 +43,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # gpu_server's counters
+
 # The preset's train section with the benchmark's own changes: every completion is full length and stays in the
 # loss, no checkpoints, no tracker.
 BASE_SETTINGS: dict[str, Any] = {
@@ -315,6 +317,7 @@ class GpuMemoryTrace:
         import threading
 
         self.metrics, self.path, self.interval_s = metrics, path, interval_s
+        self._server_url: str | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
 
@@ -342,8 +345,33 @@ class GpuMemoryTrace:
                 used = {
                     line.split(",")[0].strip(): float(line.split(",")[1]) / 1024 for line in done.stdout.splitlines()
                 }
-                out.write(json.dumps({"time": time.time(), "step": self._step(), "used_gib": used}) + "\n")
+                sample = {"time": time.time(), "step": self._step(), "used_gib": used}
+                server = self._server_counters()
+                if server:
+                    sample["server"] = server
+                out.write(json.dumps(sample) + "\n")
                 out.flush()
+
+    def _server_counters(self) -> dict[str, float]:
+        """The variant's vLLM server's counters (benchmarks/gpu_server.py reads the same), found by its
+        ``--port`` among this machine's processes; empty without a server."""
+        from gpu_server import read_counters
+
+        if self._server_url is None:
+            for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+                try:
+                    words = cmdline.read_bytes().decode(errors="replace").split("\0")
+                except OSError:
+                    continue
+                if "serve" in words and "--port" in words and any("vllm" in word for word in words):
+                    self._server_url = f"http://127.0.0.1:{words[words.index('--port') + 1]}"
+                    break
+            else:
+                return {}
+        try:
+            return read_counters(self._server_url)
+        except Exception:  # starting, or stopped
+            return {}
 
 
 def gpu_memory_rows(path: Path, gpus: list[str], steps: int) -> dict[str, str]:
@@ -437,7 +465,34 @@ def summarize(work: Path, name: str, prompt_tokens: float) -> dict[str, Any] | N
         row["rank 0 reserved, step 3 -> last (GiB)"] = f"{reserved[0]:.1f} -> {reserved[-1]:.1f}"
     row["run incl. start (s)"] = summary["seconds"]
     row.update(gpu_memory_rows(out / "gpu-memory.jsonl", summary.get("gpus") or [], config["max_steps"]))
+    row.update(server_rows(out / "gpu-memory.jsonl", config["max_steps"]))
     return row
+
+
+def server_rows(path: Path, steps: int) -> dict[str, str]:
+    """The server's own figures from step 3 to the last step (its counters sampled beside the GPU memory): its mean
+    decode step, its completion tokens per second of wall time and how long each sequence waited for its first
+    token, to compare with the server alone (benchmarks/gpu_server.py)."""
+    if not path.is_file():
+        return {}
+    samples = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    served = [sample for sample in samples if sample.get("server") and 3 <= sample["step"] < steps]
+    if len(served) < 2:
+        return {}
+    first, last = served[0], served[-1]
+
+    def delta(name: str) -> float:
+        return last["server"].get(name, 0.0) - first["server"].get(name, 0.0)
+
+    rows: dict[str, str] = {}
+    for name in ("inter_token_latency", "time_per_output_token"):
+        if delta(f"vllm:{name}_seconds_count"):
+            decode_ms = 1000 * delta(f"vllm:{name}_seconds_sum") / delta(f"vllm:{name}_seconds_count")
+            rows["server decode step, step 3 -> last (ms)"] = f"{decode_ms:.2f}"
+            break
+    wall = last["time"] - first["time"]
+    rows["server completion tokens/s of wall time"] = f"{delta('vllm:generation_tokens_total') / wall:.0f}"
+    return rows
 
 
 def print_table(rows: list[dict[str, Any]]) -> None:
