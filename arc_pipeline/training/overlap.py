@@ -41,6 +41,25 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 
+def request_prompts(every_rank: list[list[list[list[int]]]], num_generations: int) -> list[list[int]]:
+    """The distinct prompts one request asks for, ``every_rank[rank][block]`` being a rank's prompt rows of a step:
+    block by block, the rows of all ranks in rank order (TRL's global batch), one prompt per group of
+    ``num_generations`` consecutive rows. A group split over the ranks (2 ranks training 16 rows each of a group
+    of 32) is asked for once, as TRL's own server-mode generate asks; :meth:`OverlappedGeneration._keep` then gives
+    each rank its rows of the group's completions. Asking once per rank instead doubled the server's work and
+    shifted every later block's completions onto the wrong step."""
+    prompts: list[list[int]] = []
+    for block in range(len(every_rank[0])):
+        rows = [prompt for rank_blocks in every_rank for prompt in rank_blocks[block]]
+        if len(rows) % num_generations:
+            raise ValueError(
+                f"overlap_generation: a step of {len(rows)} prompt rows is not whole groups of "
+                f"num_generations {num_generations}"
+            )
+        prompts.extend(rows[::num_generations])
+    return prompts
+
+
 class _Lookahead:
     """An epoch iterator that can show the batches after those it has given out."""
 
@@ -215,13 +234,7 @@ class OverlappedGeneration:
         self._pay_owed_sync()  # the server decodes this request with the weights trained so far
         request = _Request(blocks=blocks, rows=rows, num_generations=num_generations)
         if self.trainer.accelerator.is_main_process:
-            # block by block, rank by rank: the order _keep cuts the answer in
-            unique = [
-                rank_blocks[block][i]
-                for block in range(count)
-                for rank_blocks in every_rank
-                for i in range(0, len(rank_blocks[block]), num_generations)
-            ]
+            unique = request_prompts(every_rank, num_generations)
             request.thread = threading.Thread(
                 target=self._ask_server, args=(request, unique), name="overlap-generation", daemon=True
             )

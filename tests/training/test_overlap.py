@@ -336,3 +336,35 @@ def test_each_rank_keeps_its_own_rows_of_every_step_a_request_holds():
         assert completion_ids == expected
         assert prompt_ids == [[block, 1, i] for i in range(2) for _ in range(n)]
         assert logprobs == [[[-float(sample)]] for _ in range(2) for sample in range(n)]
+
+
+def test_a_group_split_over_two_ranks_is_asked_for_once_and_each_rank_keeps_its_half():
+    """Two ranks, each training half of every step's one group (num_generations 4, 2 rows a rank): the request
+    asks each step's prompt once, and each rank keeps its half of that step's four completions, step by step.
+    Asking per rank sent every prompt twice (the server decoded twice the sequences) and gave the second step the
+    first step's second copy."""
+    from types import SimpleNamespace
+
+    from arc_pipeline.training.overlap import _Request, request_prompts
+
+    n = 4
+    step_prompts = [[100 + block] for block in range(2)]
+    every_rank = [[[step_prompts[block]] * 2 for block in range(2)] for _rank in range(2)]  # [rank][block] rows
+    unique = request_prompts(every_rank, n)
+    assert unique == step_prompts
+    answer = {
+        "prompt_ids": unique,
+        "completion_ids": [[*prompt, sample] for prompt in unique for sample in range(n)],
+        "logprobs": [[[-float(sample)]] for _prompt in unique for sample in range(n)],
+    }
+    for rank in range(2):
+        overlapped = OverlappedGeneration(request_steps=2)
+        overlapped.trainer = SimpleNamespace(accelerator=SimpleNamespace(is_main_process=True, process_index=rank))
+        request = _Request(blocks=every_rank[rank], rows=[[2, 2], [2, 2]], num_generations=n, output=answer)
+        request.done.set()
+        overlapped._keep(request)
+        for block, (_, (prompt_ids, completion_ids, _, _)) in enumerate(overlapped.kept):
+            assert prompt_ids == [step_prompts[block]] * 2
+            assert completion_ids == [[*step_prompts[block], sample] for sample in (2 * rank, 2 * rank + 1)]
+    with pytest.raises(ValueError, match="not whole groups of num_generations 4"):
+        request_prompts([[[[1]] * 3]], n)
