@@ -313,10 +313,10 @@ class GpuMemoryTrace:
     """Every ``interval_s``: the step the variant's metrics reached and each GPU's used memory (nvidia-smi), so
     that each GPU's memory can be read at the end of step 3 and at the end of the run (gpu-memory.jsonl)."""
 
-    def __init__(self, metrics: Path, path: Path, interval_s: float = 2.0) -> None:
+    def __init__(self, metrics: Path, path: Path, root_pid: int, interval_s: float = 2.0) -> None:
         import threading
 
-        self.metrics, self.path, self.interval_s = metrics, path, interval_s
+        self.metrics, self.path, self.root_pid, self.interval_s = metrics, path, root_pid, interval_s
         self._server_url: str | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
@@ -354,7 +354,8 @@ class GpuMemoryTrace:
 
     def _server_counters(self) -> dict[str, float]:
         """The variant's vLLM server's counters (benchmarks/gpu_server.py reads the same), found by its
-        ``--port`` among this machine's processes; empty without a server."""
+        ``--port`` among the variant's own processes (another invocation's server may run beside it); empty
+        without a server."""
         from gpu_server import read_counters
 
         if self._server_url is None:
@@ -363,7 +364,12 @@ class GpuMemoryTrace:
                     words = cmdline.read_bytes().decode(errors="replace").split("\0")
                 except OSError:
                     continue
-                if "serve" in words and "--port" in words and any("vllm" in word for word in words):
+                if (
+                    "serve" in words
+                    and "--port" in words
+                    and any("vllm" in word for word in words)
+                    and self._descends_from_root(int(cmdline.parent.name))
+                ):
                     self._server_url = f"http://127.0.0.1:{words[words.index('--port') + 1]}"
                     break
             else:
@@ -372,6 +378,16 @@ class GpuMemoryTrace:
             return read_counters(self._server_url)
         except Exception:  # starting, or stopped
             return {}
+
+    def _descends_from_root(self, pid: int) -> bool:
+        while pid > 1:
+            if pid == self.root_pid:
+                return True
+            try:  # /proc/<pid>/stat: "pid (name) state ppid ...", the name may hold spaces
+                pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                return False
+        return False
 
 
 def gpu_memory_rows(path: Path, gpus: list[str], steps: int) -> dict[str, str]:
@@ -471,8 +487,8 @@ def summarize(work: Path, name: str, prompt_tokens: float) -> dict[str, Any] | N
 
 def server_rows(path: Path, steps: int) -> dict[str, str]:
     """The server's own figures from step 3 to the last step (its counters sampled beside the GPU memory): its mean
-    decode step, its completion tokens per second of wall time and how long each sequence waited for its first
-    token, to compare with the server alone (benchmarks/gpu_server.py)."""
+    decode step and its completion tokens per second of wall time, to compare with the server alone
+    (benchmarks/gpu_server.py)."""
     if not path.is_file():
         return {}
     samples = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
@@ -543,7 +559,9 @@ def main() -> None:
             child = subprocess.Popen(
                 command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=environment
             )
-            trace = GpuMemoryTrace(args.work / name / "metrics.parquet", args.work / name / "gpu-memory.jsonl")
+            trace = GpuMemoryTrace(
+                args.work / name / "metrics.parquet", args.work / name / "gpu-memory.jsonl", root_pid=child.pid
+            )
             (args.work / name).mkdir(parents=True, exist_ok=True)
             try:
                 with trace:

@@ -1,9 +1,9 @@
 """The train stage's vLLM server alone: how fast it decodes the requests overlapped generation sends it.
 
-The 4-GPU layout of issue 31 (a TP-2 server beside 2 training ranks) is bound by the server's request time:
-64 full-length sequences took about 11.6 s on 2 H200s, where one colocated engine decodes 32 in 8 s on one
-(benchmarks/README.md). This script starts the server exactly as the stage does
-(``arc_pipeline.training.launch.server_command``) on the GPUs of ``CUDA_VISIBLE_DEVICES``, sends it the
+In the 4-GPU layout of issue 31 (a TP-2 server beside 2 training ranks) a two-step request took about 14 s in
+training on H100s, where this script measured 9.2 s for the server alone: the gap was the request asking every
+split group twice (benchmarks/README.md). It starts, waits for and stops the server as the stage does
+(``arc_pipeline.training.launch``) on the GPUs of ``CUDA_VISIBLE_DEVICES``, sends it the
 requests ``arc_pipeline.training.overlap`` sends (TRL's ``VLLMClient.generate``: unique prompts, ``n`` =
 ``num_generations``, the preset's sampling, per-token log-probs), and prints per case the wall time, completion
 tokens/s, the server's own prefill and decode time and prefix-cache hits (its Prometheus ``/metrics``) and the
@@ -23,10 +23,10 @@ import argparse
 import json
 import os
 import re
-import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -122,66 +122,70 @@ class Utilisation:
         return sum(self.samples) / len(self.samples) if self.samples else float("nan")
 
 
-def prompt_ids(inputs: dict[str, Any], count: int, offset: int) -> list[list[int]]:
-    """``count`` refinement prompts as token ids, from row ``offset`` on (each case its own rows: no cache hits
-    from an earlier case)."""
+def prompt_rows(inputs: dict[str, Any]) -> list[list[int]]:
+    """The work folder's refinement prompts as token ids, tokenized once for every case."""
     import polars as pl
 
     from arc_pipeline.models.folder import load_tokenizer
 
     tokenizer = load_tokenizer(Path(inputs["model"]))
-    rows = pl.read_parquet(inputs["dataset"], columns=["prompt"])["prompt"].to_list()
-    chosen = [rows[(offset + i) % len(rows)] for i in range(count)]
-    return [tokenizer(text, add_special_tokens=False)["input_ids"] for text in chosen]
+    texts = pl.read_parquet(inputs["dataset"], columns=["prompt"])["prompt"].to_list()
+    return [tokenizer(text, add_special_tokens=False)["input_ids"] for text in texts]
 
 
-def completion_tokens(output: dict[str, Any]) -> int:
-    return sum(len(ids) for ids in output["completion_ids"])
+def measure(
+    cases: list[str],
+    rows: list[list[int]],
+    generate: Callable[[list[list[int]], dict[str, Any]], int],
+    counters: Callable[[], dict[str, float]] | None = None,
+) -> list[dict[str, Any]]:
+    """Each case in turn through ``generate(prompts, sampling)`` (which returns the completion tokens), on prompts
+    of its own (8 rows per case: no cache hits from an earlier case), with ``counters`` read around it."""
+    results = []
+    for index, name in enumerate(cases):
+        case = CASES[name]
+        prompts = [rows[(8 * index + i) % len(rows)] for i in range(case.prompts)]
+        sampling = dict(n=case.n, temperature=1.0, top_p=case.top_p, max_tokens=1024, logprobs=case.logprobs)
+        warm_s = 0.0
+        if case.warm_prefixes:
+            warm_start = time.perf_counter()
+            generate(prompts, {**sampling, "n": 1, "max_tokens": 1})
+            warm_s = time.perf_counter() - warm_start
+        before = counters() if counters else {}
+        with Utilisation() as utilisation:
+            request_start = time.perf_counter()
+            tokens = generate(prompts, sampling)
+            seconds = time.perf_counter() - request_start
+        after = counters() if counters else {}
+        delta = {key: after.get(key, 0.0) - before.get(key, 0.0) for key in after}
+        results.append(row_of(case, seconds, tokens, utilisation.mean, delta, warm_s))
+        print(json.dumps(results[-1]), flush=True)
+    return results
 
 
-def run_server(args: argparse.Namespace, inputs: dict[str, Any], config: Any) -> list[dict[str, Any]]:
+def run_server(args: argparse.Namespace, rows: list[list[int]], model: Path, config: Any) -> list[dict[str, Any]]:
+    """The server as the train stage starts, waits for and stops it (its Supervisor; its output goes to ours)."""
     from trl.generation.vllm_client import VLLMClient
 
-    from arc_pipeline.training.launch import server_command
+    from arc_pipeline.training.launch import SERVER, server_command, wait_until_healthy
     from arc_pipeline.training.ports import free_ports
+    from arc_pipeline.training.processes import Supervisor
 
     (port,) = free_ports(1)
-    command = server_command(config, Path(inputs["model"]), port, args.server_arg)
-    log = (args.work / f"server-tp{args.tensor_parallel}.log").open("w")
-    server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    started = time.perf_counter()
     url = f"http://127.0.0.1:{port}"
-    try:
-        client = VLLMClient(base_url=url, connection_timeout=args.start_timeout)
+    command = server_command(config, model, port, args.server_arg)
+    with Supervisor() as supervisor:
+        started = time.perf_counter()
+        supervisor.start(SERVER, command)
+        wait_until_healthy(f"{url}/health", supervisor, args.start_timeout)
         print(f"server up in {time.perf_counter() - started:.0f} s: {' '.join(command)}", flush=True)
-        rows = []
-        for index, name in enumerate(args.cases):
-            case = CASES[name]
-            prompts = prompt_ids(inputs, case.prompts, offset=8 * index)
-            sampling = dict(n=case.n, temperature=1.0, top_p=case.top_p, max_tokens=1024, logprobs=case.logprobs)
-            if case.warm_prefixes:
-                warm_start = time.perf_counter()
-                client.generate(prompts=prompts, **{**sampling, "n": 1, "max_tokens": 1})
-                warm_s = time.perf_counter() - warm_start
-            else:
-                warm_s = 0.0
-            before = read_counters(url)
-            with Utilisation() as utilisation:
-                request_start = time.perf_counter()
-                output = client.generate(prompts=prompts, **sampling)
-                seconds = time.perf_counter() - request_start
-            after = read_counters(url)
-            delta = {key: after.get(key, 0.0) - before.get(key, 0.0) for key in after}
-            rows.append(row_of(case, seconds, completion_tokens(output), utilisation.mean, delta, warm_s))
-            print(json.dumps(rows[-1]), flush=True)
-        return rows
-    finally:
-        os.killpg(server.pid, 15)
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(server.pid, 9)
-        log.close()
+        client = VLLMClient(base_url=url)
+
+        def generate(prompts: list[list[int]], sampling: dict[str, Any]) -> int:
+            output = client.generate(prompts=prompts, **sampling)
+            return sum(len(ids) for ids in output["completion_ids"])
+
+        return measure(args.cases, rows, generate, lambda: read_counters(url))
 
 
 def row_of(
@@ -218,13 +222,13 @@ def row_of(
     return row
 
 
-def run_offline(args: argparse.Namespace, inputs: dict[str, Any], config: Any) -> list[dict[str, Any]]:
+def run_offline(args: argparse.Namespace, rows: list[list[int]], model: Path, config: Any) -> list[dict[str, Any]]:
     from vllm import LLM, SamplingParams
     from vllm.inputs import TokensPrompt
 
     started = time.perf_counter()
     llm = LLM(
-        model=inputs["model"],
+        model=str(model),
         tensor_parallel_size=args.tensor_parallel,
         gpu_memory_utilization=config.vllm_server_gpu_memory_utilization,
         max_model_len=config.max_seq_length,
@@ -232,24 +236,13 @@ def run_offline(args: argparse.Namespace, inputs: dict[str, Any], config: Any) -
         logprobs_mode="processed_logprobs",
     )
     print(f"offline engine up in {time.perf_counter() - started:.0f} s", flush=True)
-    rows = []
-    for index, name in enumerate(args.cases):
-        case = CASES[name]
-        prompts = [TokensPrompt(prompt_token_ids=ids) for ids in prompt_ids(inputs, case.prompts, offset=8 * index)]
-        params = SamplingParams(n=case.n, temperature=1.0, top_p=case.top_p, max_tokens=1024, logprobs=case.logprobs)
-        warm_s = 0.0
-        if case.warm_prefixes:
-            warm_start = time.perf_counter()
-            llm.generate(prompts, SamplingParams(n=1, max_tokens=1), use_tqdm=False)
-            warm_s = time.perf_counter() - warm_start
-        with Utilisation() as utilisation:
-            request_start = time.perf_counter()
-            outputs = llm.generate(prompts, params, use_tqdm=False)
-            seconds = time.perf_counter() - request_start
-        tokens = sum(len(completion.token_ids) for output in outputs for completion in output.outputs)
-        rows.append(row_of(case, seconds, tokens, utilisation.mean, {}, warm_s))
-        print(json.dumps(rows[-1]), flush=True)
-    return rows
+
+    def generate(prompts: list[list[int]], sampling: dict[str, Any]) -> int:
+        inputs = [TokensPrompt(prompt_token_ids=ids) for ids in prompts]
+        outputs = llm.generate(inputs, SamplingParams(**sampling), use_tqdm=False)
+        return sum(len(completion.token_ids) for output in outputs for completion in output.outputs)
+
+    return measure(args.cases, rows, generate)
 
 
 def main() -> None:
@@ -279,7 +272,8 @@ def main() -> None:
     )
     if args.gpu_memory_utilization:
         config = config.model_copy(update={"vllm_server_gpu_memory_utilization": args.gpu_memory_utilization})
-    rows = run_offline(args, inputs, config) if args.offline else run_server(args, inputs, config)
+    run = run_offline if args.offline else run_server
+    rows = run(args, prompt_rows(inputs), Path(inputs["model"]), config)
     if args.out:
         args.out.write_text(json.dumps(rows, indent=2))
     keys = list(dict.fromkeys(key for row in rows for key in row))
