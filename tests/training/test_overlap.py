@@ -311,12 +311,15 @@ def test_each_rank_keeps_its_own_rows_of_every_step_a_request_holds():
     _launch_next sends the prompts in); rank 1 must keep its own rows of each step, in step order."""
     from types import SimpleNamespace
 
-    from arc_pipeline.training.overlap import _Request
+    from arc_pipeline.training.overlap import _Request, request_prompts
 
     n = 2  # completions per prompt
     prompts = {(block, rank): [[block, rank, i] for i in range(2)] for block in range(2) for rank in range(2)}
+    # TRL repeats each prompt n times; every_rank[rank][block] as _launch_next gathers it
+    every_rank = [[[p for p in prompts[(block, rank)] for _ in range(n)] for block in range(2)] for rank in range(2)]
     # what the server returns for the unique prompts in the order they were sent
-    order = [prompts[(block, rank)][i] for block in range(2) for rank in range(2) for i in range(2)]
+    order = request_prompts(every_rank, n)
+    assert order == [prompts[(block, rank)][i] for block in range(2) for rank in range(2) for i in range(2)]
     answer = {
         "prompt_ids": order,
         "completion_ids": [[*prompt, sample] for prompt in order for sample in range(n)],
@@ -325,7 +328,7 @@ def test_each_rank_keeps_its_own_rows_of_every_step_a_request_holds():
     overlapped = OverlappedGeneration(request_steps=2)
     # rank 1 of two, made the main process here so that it reads the answer itself (no broadcast needed)
     overlapped.trainer = SimpleNamespace(accelerator=SimpleNamespace(is_main_process=True, process_index=1))
-    mine = [[p for p in prompts[(block, 1)] for _ in range(n)] for block in range(2)]  # TRL repeats each prompt n times
+    mine = every_rank[1]
     request = _Request(blocks=mine, rows=[[4, 4], [4, 4]], num_generations=n, output=answer)
     request.done.set()
     overlapped._keep(request)
