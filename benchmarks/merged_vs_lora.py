@@ -35,19 +35,16 @@ GENERATED = re.compile(r"generated \d+ completions \((\d+) tokens\) for \d+ prom
 
 
 def refinement_settings(configfiles: list[Path]) -> tuple[Path, dict[str, Any]]:
-    """The run's results folder and its refinement inference settings, as rules/evaluate.smk computes them."""
+    """The run's results folder and its refinement inference settings (rules/evaluate.smk's own function)."""
     sys.path.insert(0, str(REPO))
+    from arc_pipeline.config.evaluation_settings import refinement_inference
     from arc_pipeline.config.prepare import deep_merge, prepare_config
 
     config: dict[str, Any] = {}
     for path in configfiles:  # later files over earlier ones, key by key, as Snakemake merges --configfile
         config = deep_merge(config, yaml.safe_load(path.read_text()))
     workflow = prepare_config(config, {}, REPO, [str(p) for p in configfiles])
-    settings = workflow.inference.model_dump()
-    settings.update({k: v for k, v in workflow.evaluate.engine.model_dump().items() if v is not None})
-    if workflow.evaluate.refinement_max_model_len is not None:
-        settings["max_model_len"] = workflow.evaluate.refinement_max_model_len
-    return Path(workflow.results_dir), settings
+    return Path(workflow.results_dir), refinement_inference(workflow)
 
 
 def run_inference(prompts: Path, model: Path, adapter: Path | None, settings: dict[str, Any], out: Path) -> dict:

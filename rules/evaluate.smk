@@ -2,6 +2,8 @@
 # refinements of their wrong answers by the base model, the trained adapter and any extra adapters.
 import json
 
+from arc_pipeline.config import evaluation_settings
+
 # refiner name -> its adapter folder (base refines with none): rl is rule train's, sft rule sft's (its runs with
 # sft.enabled), sft_rl rule train_sft_rl's (sft.compare_sft_then_rl); then the extra adapters
 REFINER_ADAPTERS = {
@@ -22,8 +24,7 @@ EVAL_SHARDS = list(range(WORKFLOW.evaluate.shards))
 
 def evaluation_engine():
     """`inference` with the evaluation's own vLLM settings (`evaluate.engine`, those set) over it."""
-    own = {key: value for key, value in config["evaluate"]["engine"].items() if value is not None}
-    return dict(config["inference"], **own)
+    return evaluation_settings.evaluation_engine(WORKFLOW)
 
 
 def eval_inference_slice(n_predictions):
@@ -33,8 +34,7 @@ def eval_inference_slice(n_predictions):
 
 def refinement_inference():
     """The inference settings of the refinement runs: `evaluation_engine()` with the evaluation's own context."""
-    own = WORKFLOW.evaluate.refinement_max_model_len
-    return dict(evaluation_engine(), **({"max_model_len": own} if own is not None else {}))
+    return evaluation_settings.refinement_inference(WORKFLOW)
 
 
 def refine_prompts_slice():
