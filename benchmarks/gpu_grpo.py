@@ -358,18 +358,15 @@ class GpuMemoryTrace:
         without a server."""
         from gpu_server import read_counters
 
+        from arc_pipeline.generation.process_tree import descendants
+
         if self._server_url is None:
-            for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+            for pid in descendants(self.root_pid):
                 try:
-                    words = cmdline.read_bytes().decode(errors="replace").split("\0")
+                    words = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
                 except OSError:
                     continue
-                if (
-                    "serve" in words
-                    and "--port" in words
-                    and any("vllm" in word for word in words)
-                    and self._descends_from_root(int(cmdline.parent.name))
-                ):
+                if "serve" in words and "--port" in words and any("vllm" in word for word in words):
                     self._server_url = f"http://127.0.0.1:{words[words.index('--port') + 1]}"
                     break
             else:
@@ -378,16 +375,6 @@ class GpuMemoryTrace:
             return read_counters(self._server_url)
         except Exception:  # starting, or stopped
             return {}
-
-    def _descends_from_root(self, pid: int) -> bool:
-        while pid > 1:
-            if pid == self.root_pid:
-                return True
-            try:  # /proc/<pid>/stat: "pid (name) state ppid ...", the name may hold spaces
-                pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                return False
-        return False
 
 
 def gpu_memory_rows(path: Path, gpus: list[str], steps: int) -> dict[str, str]:
