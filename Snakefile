@@ -37,6 +37,25 @@ rule all:
         all_targets(),
 
 
+# A local run with --resources gpus=N whose --cores cannot hold N GPU jobs at once says so before it starts
+# (the executor is known only once the run starts: cluster runs skip it).
+onstart:
+    if workflow.local_exec and not workflow.remote_exec:
+        from snakemake.logging import logger
+
+        from arc_pipeline.config.cluster import workstation_core_warning
+
+        _gpus = workflow.global_resources.get("gpus")
+        _warning = workstation_core_warning(
+            int(workflow.cores),
+            int(getattr(_gpus, "value", _gpus) or 0),
+            WORKFLOW.cluster.gpu.threads,
+            workflow.resource_settings.max_threads,
+        )
+        if _warning:
+            logger.warning(_warning)
+
+
 # The report's home page says what ran (arc_pipeline/report_home.py); written by the main process only.
 if not workflow.remote_exec:
     from arc_pipeline.report_home import write_home

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from arc_pipeline.config.cluster import gpu_job_resources, htcondor_size_mib
+from arc_pipeline.config.cluster import (
+    gpu_job_resources,
+    htcondor_size_mib,
+    workstation_core_warning,
+    workstation_gpu_jobs_at_once,
+)
 from arc_pipeline.config.workflow import GpuJobConfig
 
 
@@ -67,3 +72,30 @@ def test_the_train_job_asks_for_its_server_and_training_gpus() -> None:
     assert train_job_gpus(server, GpuJobConfig(request_gpus=0)) == 0
     resources = gpu_job_resources(gpu, train_job_gpus(server, gpu))
     assert resources["gpus"] == resources["request_gpus"] == resources["gpu"] == 5 and resources["gpu_model"] == "h100"
+
+
+@pytest.mark.parametrize(
+    ("cores", "gpus", "threads", "max_threads", "at_once"),
+    [
+        (64, 4, 16, None, 4),  # the 4-GPU host with the profile's `cores: all`
+        (16, 4, 16, None, 1),  # the same host with --cores 16: one GPU job at a time
+        (32, 4, 16, None, 2),
+        (16, 4, 16, 4, 4),  # --max-threads 4 lets four 4-core GPU jobs share 16 cores
+        (2, 4, 16, None, 1),  # Snakemake caps a job's threads at --cores: still one at a time
+        (64, 1, 16, None, 1),
+    ],
+)
+def test_how_many_gpu_jobs_a_local_run_starts_at_once(
+    cores: int, gpus: int, threads: int, max_threads: int | None, at_once: int
+) -> None:
+    assert workstation_gpu_jobs_at_once(cores, gpus, threads, max_threads) == at_once
+
+
+def test_a_local_run_whose_cores_leave_gpus_idle_is_warned_with_the_fix() -> None:
+    warning = workstation_core_warning(16, 4, 16, None)
+    assert warning is not None
+    assert "at most 1 of the 4 GPUs" in warning and "--max-threads 4" in warning
+    assert workstation_core_warning(64, 4, 16, None) is None
+    assert workstation_core_warning(16, 4, 16, 4) is None
+    assert workstation_core_warning(2, 1, 16, None) is None  # one GPU: nothing to run beside it
+    assert workstation_core_warning(2, 0, 16, None) is None  # no --resources gpus

@@ -65,3 +65,26 @@ def gpu_job_resources(gpu: GpuJobConfig, gpus: int | None = None) -> dict[str, i
     if gpu.slurm_gpu_model and count:
         resources["gpu_model"] = gpu.slurm_gpu_model
     return resources
+
+
+def workstation_gpu_jobs_at_once(cores: int, gpus: int, gpu_job_threads: int, max_threads: int | None) -> int:
+    """How many one-GPU jobs a local Snakemake run can start side by side: each takes ``gpu_job_threads``
+    cores (capped by ``--max-threads`` and by ``--cores``, as Snakemake caps them), so the cores, not the GPUs,
+    can be what runs them one at a time."""
+    threads = min(gpu_job_threads, max_threads or gpu_job_threads, cores)
+    return max(1, min(gpus, cores // threads))
+
+
+def workstation_core_warning(cores: int, gpus: int, gpu_job_threads: int, max_threads: int | None) -> str | None:
+    """The warning a local run with ``--resources gpus=N`` prints when its cores let fewer than N GPU jobs run
+    at once (measured: the GPU smoke DAG with ``--cores 16`` on a 64-core host with 4 GPUs ran its two
+    first-turn inference jobs one after the other; benchmarks/README.md), or None."""
+    at_once = workstation_gpu_jobs_at_once(cores, gpus, gpu_job_threads, max_threads)
+    if gpus <= 1 or at_once >= gpus:
+        return None
+    per_job = max(1, cores // gpus)
+    return (
+        f"--resources gpus={gpus} with --cores {cores}: every GPU job takes cluster.gpu.threads={gpu_job_threads} "
+        f"cores, so at most {at_once} of the {gpus} GPUs can run a job at once. Give the run more cores "
+        f"(the workstation profile's default is all of them) or cap each job with --max-threads {per_job}."
+    )
