@@ -42,7 +42,6 @@ rule all:
 onstart:
     if workflow.local_exec and not workflow.remote_exec:
         from snakemake.logging import logger
-
         from arc_pipeline.config.cluster import workstation_core_warning
 
         _gpus = workflow.global_resources.get("gpus")
