@@ -21,6 +21,7 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
+from arc_pipeline.cpu_threads import wait_passively_unless_told
 from arc_pipeline.errors import PipelineError
 from arc_pipeline.gpu_memory import record_gpu_memory
 from arc_pipeline.logging_setup import output_to_log, setup_logging
@@ -170,6 +171,8 @@ def _log_compile_caches(chosen: dict[str, str]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # before any stage imports torch: OpenMP reads it once, when it loads
+    wait_passively_unless_told()
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     # Parse the global options and the command name first; the command's own parser does the rest.

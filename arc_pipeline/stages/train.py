@@ -58,6 +58,10 @@ def run(args: argparse.Namespace) -> int:
     from arc_pipeline.training.trainer_args import VllmServer
 
     config = parse_config(args, TrainConfig)
+    if not config.use_vllm and config.backend == "trl":
+        from arc_pipeline.training.trl_imports import import_trl_without_vllm
+
+        import_trl_without_vllm()  # transformers samples here: TRL need not load vLLM
     # The inputs are checked here, in a second: training reads them only after importing torch and TRL.
     check_parquet(args.dataset, REFINEMENT_SCHEMA)
     check_model_dir(args.model)
