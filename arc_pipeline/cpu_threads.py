@@ -4,9 +4,9 @@ torch's CPU kernels run on OpenMP threads that, by default, spin while they wait
 alone on its cores loses nothing to that, but Snakemake runs jobs side by side (and a workstation or a test
 machine runs other work beside them): a spinning thread then burns the core that another process's thread,
 or its own sibling, needs. Measured with ``benchmarks/cpu_wait_policy.py`` (benchmarks/README.md, "CPU
-stages side by side"): the canary's GRPO step on a 2-core machine took about twice as long beside a second
-busy process when its threads spun, and about as long as one thread alone when they slept. Waiting
-passively changes no arithmetic (the same threads split the same work), so results stay bit-identical.
+stages side by side"): on a 2-core machine the canary's GRPO step took 19.3 s beside a copy of itself when
+the threads spun and 6.3 s when they slept (3.4 and 4.0 s alone). Waiting passively changes no arithmetic
+(the same threads split the same work), so results stay bit-identical.
 
 A value the user set (``OMP_WAIT_POLICY=ACTIVE`` for a dedicated node) is kept.
 """
