@@ -35,10 +35,9 @@ def train_section(configfile: Path) -> tuple[dict, str]:
     return config["train"], config["results_dir"]
 
 
-def run_rate(rate: float, steps: int, train: dict, results: str, work: Path, threads: int) -> dict:
-    folder = work / f"lr{rate:g}"
-    settings = {**train, "learning_rate": rate, "max_steps": steps, "save_steps": 10_000, "report_to": ["none"]}
-    command = [
+def train_command(results: str | Path, folder: Path, settings: dict, threads: int) -> list[str]:
+    """The ``train`` stage command on a canary run's refinement dataset and model, writing into ``folder``."""
+    return [
         "arc-pipeline",
         "--log-file",
         str(folder / "train.log"),
@@ -58,6 +57,12 @@ def run_rate(rate: float, steps: int, train: dict, results: str, work: Path, thr
         "--config-json",
         json.dumps(settings),
     ]
+
+
+def run_rate(rate: float, steps: int, train: dict, results: str, work: Path, threads: int) -> dict:
+    folder = work / f"lr{rate:g}"
+    settings = {**train, "learning_rate": rate, "max_steps": steps, "save_steps": 10_000, "report_to": ["none"]}
+    command = train_command(results, folder, settings, threads)
     folder.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     status = subprocess.run(command, cwd=REPO, check=False).returncode

@@ -17,7 +17,6 @@ started together (the figure is the slower one's). Prints a markdown table of th
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import statistics
@@ -26,7 +25,7 @@ import sys
 import time
 from pathlib import Path
 
-import yaml
+from canary_lr_sweep import train_command, train_section
 
 REPO = Path(__file__).resolve().parent.parent
 LOG = logging.getLogger("cpu_wait_policy")
@@ -38,14 +37,8 @@ VARIANTS = {
 
 
 def canary_train_settings(steps: int) -> dict:
-    sys.path.insert(0, str(REPO))
-    from arc_pipeline.config.prepare import prepare_config
-
-    configfile = REPO / "config" / "canary.yaml"
-    workflow = prepare_config(yaml.safe_load(configfile.read_text()), {}, REPO, [str(configfile)])
-    train = workflow.train.model_dump(mode="json")
-    train.update(max_steps=steps, save_steps=10_000, report_to=["none"])
-    return train
+    train, _ = train_section(REPO / "config" / "canary.yaml")
+    return {**train, "max_steps": steps, "save_steps": 10_000, "report_to": ["none"]}
 
 
 def make_inputs(results: Path) -> None:
@@ -59,16 +52,7 @@ def make_inputs(results: Path) -> None:
 
 def start_train(results: Path, out: Path, settings: dict, env: dict[str, str]) -> subprocess.Popen:
     out.mkdir(parents=True, exist_ok=True)
-    command = ["arc-pipeline", "--log-file", str(out / "train.log"), "train"]
-    command += [
-        "--dataset",
-        str(results / "refine_dataset" / "refinement.parquet"),
-        "--model",
-        str(results / "model" / "base"),
-    ]
-    command += ["--checkpoint-dir", str(out / "checkpoints"), "--output", str(out / "adapter")]
-    command += ["--metrics", str(out / "metrics.parquet"), "--threads", str(os.cpu_count() or 1)]
-    command += ["--config-json", json.dumps(settings)]
+    command = train_command(results, out, settings, os.cpu_count() or 1)
     return subprocess.Popen(command, env={**os.environ, **env}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
