@@ -61,8 +61,9 @@ def build_untrained_tiny_model(tasks_path: Path, out: Path, vocab_size: int | No
     return out
 
 
-def random_lora_adapter(model_dir: Path, out: Path) -> Path:
-    """A rank-1 rsLoRA adapter on every projection, as the train stage makes, with non-zero weights."""
+def random_lora_adapter(model_dir: Path, out: Path, **train_settings: object) -> Path:
+    """A rank-1 rsLoRA adapter on every projection, as the train stage makes (``train_settings``: other
+    TrainConfig fields, e.g. ``lora_r``), with non-zero weights."""
     import torch
     from peft import get_peft_model
     from transformers import AutoModelForCausalLM
@@ -71,7 +72,9 @@ def random_lora_adapter(model_dir: Path, out: Path) -> Path:
     from arc_pipeline.training.trainer_args import lora_config
 
     torch.manual_seed(0)
-    model = get_peft_model(AutoModelForCausalLM.from_pretrained(str(model_dir)), lora_config(TrainConfig()))
+    model = get_peft_model(
+        AutoModelForCausalLM.from_pretrained(str(model_dir)), lora_config(TrainConfig(**train_settings))
+    )
     with torch.no_grad():
         for name, weight in model.named_parameters():
             if "lora_B" in name:

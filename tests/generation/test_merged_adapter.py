@@ -15,8 +15,10 @@ the same model as base + LoRA, served without the LoRA path.
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
+from dataclasses import asdict
 from pathlib import Path
 
 import polars as pl
@@ -99,6 +101,63 @@ def test_merged_logits_equal_base_plus_adapter(model_dir: Path, adapter_dir: Pat
     # ... while the adapter itself moves the logits far beyond that tolerance (a lost update would fail)
     effect = float((lora_logits - base_logits).abs().max()) / float(lora_logits.abs().max())
     assert effect > 100 * reordered_sum_tolerance(terms)
+
+
+@pytest.mark.parametrize(
+    ("adapter_settings", "dtype"),
+    [({}, "bfloat16"), ({"lora_r": 3, "use_rslora": False, "lora_alpha": 8.0}, "float32")],
+    ids=["rank1-rslora-bf16", "rank3-float32"],
+)
+def test_the_streamed_merge_writes_peft_merge_and_unload_bit_for_bit(
+    workdir: Path, model_dir: Path, adapter_settings: dict, dtype: str
+) -> None:
+    """The merge reads weight files one tensor at a time instead of building the model: every tensor it writes
+    equals peft's merge_and_unload of the same adapter in float32 rounded to the served dtype, and its
+    rounding report equals the one over peft's (weight, delta) pairs."""
+    import torch
+    from peft import PeftModel
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM
+
+    from arc_pipeline.models.merge import merge_adapter
+
+    name = "-".join(f"{key}{value}" for key, value in adapter_settings.items()) or "default"
+    adapter = random_lora_adapter(model_dir, workdir / f"adapter-{name}", **adapter_settings)
+    info = merge_adapter(model_dir, adapter, workdir / f"streamed-{name}-{dtype}", dtype, 1.0, torch.device("cpu"))
+    streamed = load_file(str(workdir / f"streamed-{name}-{dtype}" / "model.safetensors"))
+
+    peft_model = PeftModel.from_pretrained(
+        AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32), str(adapter)
+    )
+    from peft.tuners.lora import LoraLayer
+
+    pairs = [
+        (module.get_base_layer().weight.detach().clone(), module.get_delta_weight("default").detach())
+        for module in peft_model.modules()
+        if isinstance(module, LoraLayer)
+    ]
+    expected = peft_model.merge_and_unload().to(getattr(torch, dtype)).state_dict()
+    assert set(streamed) == set(expected)
+    differing = [key for key in expected if not torch.equal(streamed[key], expected[key])]
+    assert not differing, differing
+    assert all(tensor.dtype == getattr(torch, dtype) for tensor in streamed.values())
+    report = rounding_report(pairs, getattr(torch, dtype))
+    # the same float64 sums over the 14 adapted weights, taken in file order instead of module order
+    expected_report = {**asdict(report), "relative_error": report.relative_error}
+    assert len(pairs) == 14 and info["rounding"].pop("dtype") == expected_report.pop("dtype") == dtype
+    assert info["rounding"] == pytest.approx(expected_report, rel=1e-12)
+
+
+def test_an_adapter_the_merge_cannot_reproduce_is_refused(workdir: Path, model_dir: Path, adapter_dir: Path) -> None:
+    """A DoRA adapter (magnitude vectors) is not W + B @ A: merging it as LoRA would serve another model."""
+    from arc_pipeline.models.merge import AdapterMergeError, merge_adapter
+
+    dora = workdir / "dora"
+    shutil.copytree(adapter_dir, dora)
+    config = json.loads((dora / "adapter_config.json").read_text())
+    (dora / "adapter_config.json").write_text(json.dumps({**config, "use_dora": True}))
+    with pytest.raises(AdapterMergeError, match=r"dora/adapter_config.json: use_dora = True is not merged"):
+        merge_adapter(model_dir, dora, workdir / "dora-merged")
 
 
 def test_rounding_to_bf16_reports_updates_smaller_than_half_a_step() -> None:
