@@ -101,7 +101,7 @@ def refiner_lora(wildcards):
 
 
 # An adapter merged into the base weights once (evaluate.merge_adapter), so its refinement runs at the base
-# model's speed; the merge runs on the GPU node for the host memory a float32 8B model needs.
+# model's speed; the merge runs on the GPU node, where it computes each weight's update (arc_pipeline/models/merge.py).
 rule merge_adapter:
     input:
         model=rules.model.output,

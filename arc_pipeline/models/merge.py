@@ -11,7 +11,8 @@ therefore measures, over all adapted weights, how much of the update the roundin
 
 The merge streams the base model's safetensors files one at a time, one weight in float32 at a time, and
 writes each file with the same tensors (no model is built): for BARC 8B it reads and writes 16 GB instead of
-holding a 32 GB float32 model in host memory (98.8 s and 32.5 GB RSS that way, benchmarks/README.md). On a
+holding a 32 GB float32 model in host memory (26.9 s against 104.2 s and 47.9 GB RSS on one H100 host,
+benchmarks/README.md, "The merge streamed, and the GPU DAGs before and after it"). On a
 GPU the update is computed there; a rank-1 update (the presets' LoRA) is an outer product, one rounding per
 entry, so CPU and GPU give the same bits.
 """

