@@ -255,11 +255,11 @@ def merge_adapter(
     adapter = read_lora(adapter_dir)
     tally = _RoundingTally(getattr(torch, served))
     out.mkdir(parents=True, exist_ok=True)
-    sizes: dict[str, int] = {}
+    total_size = 0  # bytes of the merged weights, for the shard index
     with torch.no_grad():
         for path, tensors in _merged_files(model_dir, adapter, tally, device or merge_device()):
             save_file(tensors, str(out / path.name), metadata={"format": "pt"})
-            sizes[path.name] = sum(tensor.numel() * tensor.element_size() for tensor in tensors.values())
+            total_size += sum(tensor.numel() * tensor.element_size() for tensor in tensors.values())
     report = tally.report()
     if report.relative_error > max_rounding_error:
         raise MergeRoundingError(
@@ -268,7 +268,7 @@ def merge_adapter(
             f"entries would keep the base weight), over evaluate.merge.max_rounding_error "
             f"({100 * max_rounding_error:.0f}%): serve it as trained with evaluate.merge_adapter: false"
         )
-    _write_config_and_index(model_dir, out, served, sum(sizes.values()))
+    _write_config_and_index(model_dir, out, served, total_size)
     _copy_other_files(model_dir, out)
     base_info = read_model_info(model_dir)
     base_name = str(base_info.get("name") or model_dir.resolve().name)

@@ -119,6 +119,7 @@ def test_the_streamed_merge_writes_peft_merge_and_unload_bit_for_bit(
     rounding report equals the one over peft's (weight, delta) pairs."""
     import torch
     from peft import PeftModel
+    from peft.tuners.lora import LoraLayer
     from safetensors.torch import load_file
     from transformers import AutoModelForCausalLM
 
@@ -132,8 +133,6 @@ def test_the_streamed_merge_writes_peft_merge_and_unload_bit_for_bit(
     peft_model = PeftModel.from_pretrained(
         AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32), str(adapter)
     )
-    from peft.tuners.lora import LoraLayer
-
     pairs = [
         (module.get_base_layer().weight.detach().clone(), module.get_delta_weight("default").detach())
         for module in peft_model.modules()
