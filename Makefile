@@ -32,8 +32,11 @@ format: install
 	$(BIN)/ruff format .
 	$(BIN)/snakefmt Snakefile rules/
 
+# Two workers: the workflow group (the canary, the local and Slurm runs) beside the rest (tests/conftest.py,
+# docs/testing.md). PYTEST_WORKERS=0 runs one process.
+PYTEST_WORKERS ?= 2
 test: lint
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest --numprocesses $(PYTEST_WORKERS) --dist loadgroup --no-loadscope-reorder
 
 dry-run-condor: install
 	$(BIN)/snakemake --profile profiles/condor -n --configfile config/barc-multiturn.yaml

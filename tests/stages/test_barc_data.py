@@ -114,7 +114,12 @@ def test_bundled_sample_has_at_least_64_rows_of_pairs() -> None:
 
 
 def test_download_offline_says_how_to_use_a_local_file(tmp_path: Path, monkeypatch) -> None:
+    from huggingface_hub import constants
+
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    # the hub client reads the variable when it is first imported (an earlier test may have): its constant too,
+    # or the download waits for the network's timeouts instead of failing offline at once
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
     with pytest.raises(PipelineError) as error:
         fetch(BarcDownloadConfig(source="hub"), tmp_path / "data.jsonl")
     assert "local_path" in str(error.value) and "source: local" in str(error.value)

@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[2]
+RESOLUTION_TEST = "test_cluster_set_resolves_on_pypi"  # tests/test_dependency_sets.py
 
 
 class Workflow:
@@ -120,9 +121,11 @@ def workflow(tmp_path: Path, default_config: dict) -> Workflow:
 
 
 @pytest.fixture(scope="session")
-def finished(tmp_path_factory: pytest.TempPathFactory) -> Workflow:
+def finished(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Workflow:
     """The embedded default run to its end with profiles/local (README's `make run`), once per test session
-    (about 6 minutes on 2 cores): the end-to-end checks read it, and the Slurm run is compared with it."""
+    (about 4 minutes on 2 cores): the end-to-end checks read it, and the Slurm run, started first, is compared
+    with it."""
+    start_in_the_background(request, "slurm_run_started")
     workflow = Workflow(tmp_path_factory.mktemp("e2e"), yaml.safe_load((REPO / "config" / "config.yaml").read_text()))
     workflow.snakemake()
     return workflow
@@ -151,14 +154,27 @@ def slurm_run_started(slurm: dict[str, str], tmp_path_factory: pytest.TempPathFa
     started.stop()
 
 
-@pytest.fixture(scope="session", autouse=True)
-def slurm_run_in_the_background(request: pytest.FixtureRequest) -> None:
-    """With the first workflow test of a session that runs the Slurm tests, start their run, so that it runs beside
-    the canary and the local run (tests/workflow/slurm_cluster.py says why). A cluster that cannot start is the
-    Slurm tests' failure or skip, not this test's: pytest raises it again for them."""
-    if not any(item.path.name == "test_slurm.py" for item in request.session.items):
-        return
-    try:
-        request.getfixturevalue("slurm_run_started")
-    except (Exception, pytest.skip.Exception, pytest.fail.Exception) as error:
-        logging.getLogger(__name__).warning("the Slurm run did not start: %s", error)
+def _waits_for(fixture: str, item: pytest.Item) -> bool:
+    """Whether ITEM waits for the background work of session fixture FIXTURE."""
+    if fixture == "slurm_run_started":
+        return item.path.name == "test_slurm.py"
+    return item.name == RESOLUTION_TEST
+
+
+def in_a_worker() -> bool:
+    """Whether this session is one of `make test`'s pytest-xdist workers (tests/conftest.py)."""
+    return bool(os.environ.get("PYTEST_XDIST_WORKER"))
+
+
+def start_in_the_background(request: pytest.FixtureRequest, *fixtures: str) -> None:
+    """Start the session fixtures FIXTURES whose work mostly waits, when the session runs tests that wait for them,
+    so that it runs beside a workflow run: the run through Slurm (status checks, sbatch, Snakemake starts;
+    tests/workflow/slurm_cluster.py) and pip's resolution of the cluster set (PyPI). One that cannot start is its own
+    tests' failure or skip, not the caller's: pytest raises it again for them."""
+    for fixture in fixtures:
+        if not any(_waits_for(fixture, item) for item in request.session.items):
+            continue
+        try:
+            request.getfixturevalue(fixture)
+        except (Exception, pytest.skip.Exception, pytest.fail.Exception) as error:
+            logging.getLogger(__name__).warning("%s did not start: %s", fixture, error)
