@@ -36,7 +36,7 @@ format: install
 # docs/testing.md). PYTEST_WORKERS=0 runs one process.
 PYTEST_WORKERS ?= 2
 test: lint
-	$(BIN)/python -m pytest --numprocesses $(PYTEST_WORKERS) --dist loadgroup --no-loadscope-reorder
+	$(BIN)/python -m pytest --numprocesses $(PYTEST_WORKERS) --dist loadscope --no-loadscope-reorder
 
 dry-run-condor: install
 	$(BIN)/snakemake --profile profiles/condor -n --configfile config/barc-multiturn.yaml

@@ -58,56 +58,68 @@ def cluster_set_resolution(request: pytest.FixtureRequest, tmp_path_factory: pyt
 
 
 # ------------------------------------------------------------------ two workers (`make test`: pytest -n 2)
-# `make test` runs pytest-xdist with --dist loadgroup: a group's tests run in one worker, in collection order, and
-# a worker takes the next group when it is nearly done with its own. The two longest chains of work go first, one
-# to each worker: the canary (its whole DAG, with the waiting test whose work starts beside it) and the embedded
-# default's run with what shares it (the end-to-end and fault tests, the run through Slurm that is compared with
-# it). Then the groups with slow tests (engines, training), then the quick ones. docs/testing.md has the figures.
+# `make test` runs two pytest-xdist workers with --dist loadscope, and the scopes are the groups below (the
+# scheduler in pytest_xdist_make_scheduler): a group's tests run in one worker, in collection order, and a worker
+# takes the next group when it is nearly done with its own. The two longest chains of work go first, one to each
+# worker: the canary (its whole DAG, with the waiting test whose work starts beside it) and the embedded default's
+# run with the tests that share it (end to end, the fault trials, the run through Slurm compared with it). Then the
+# groups with slow tests (engines, training), the longest first, then the quick ones. docs/testing.md: the figures.
 CANARY_GROUP = "canary"
 RUNS_GROUP = "workflow-runs"
-CANARY_MODULE = "workflow/test_canary.py"
+CANARY_MODULE = "tests/workflow/test_canary.py"
 # tests that wait on work started beside the canary (tests/workflow/conftest.py)
 WITH_THE_CANARY = {"test_cluster_set_resolves_on_pypi"}
-# the session fixtures of the embedded default's runs (tests/workflow/conftest.py)
+# the modules whose tests use the embedded default's runs (SHARED_RUN_FIXTURES; tests/test_worker_groups.py)
+RUNS_MODULES = {
+    "tests/workflow/test_end_to_end.py",
+    "tests/workflow/test_kill_and_rerun.py",
+    "tests/workflow/test_slurm.py",
+}
 SHARED_RUN_FIXTURES = {"finished", "finished_run", "slurm", "slurm_run_started"}
 # directories whose conftest holds a session-scoped fixture that a second worker would build again
-SESSION_FIXTURE_DIRS = {"training", "domain"}
-GROUP = pytest.StashKey[str]()
+SESSION_FIXTURE_DIRS = {"tests/training", "tests/domain"}
 
 
-def _module_group(module: Path, items: list[pytest.Item]) -> str:
-    relative = module.relative_to(REPO / "tests")
-    if relative.as_posix() == CANARY_MODULE:
+def worker_group(nodeid: str) -> str:
+    """The group of the test NODEID: the canary's, the default run's, a directory with session fixtures, or its
+    module (so that module fixtures are built once)."""
+    module, _, name = nodeid.partition("::")
+    if module == CANARY_MODULE or name.split("[")[0] in WITH_THE_CANARY:
         return CANARY_GROUP
-    if any(SHARED_RUN_FIXTURES & set(item.fixturenames) for item in items):
+    if module in RUNS_MODULES:
         return RUNS_GROUP
-    if len(relative.parts) > 1 and relative.parts[0] in SESSION_FIXTURE_DIRS:
-        return relative.parts[0]
-    return relative.as_posix()
+    folder = module.rpartition("/")[0]
+    return folder if folder in SESSION_FIXTURE_DIRS else module
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    modules: dict[Path, list[pytest.Item]] = {}
-    for item in items:
-        modules.setdefault(item.path, []).append(item)
-    for module, module_items in modules.items():
-        group = _module_group(module, module_items)
-        for item in module_items:
-            with_the_canary = getattr(item, "originalname", item.name) in WITH_THE_CANARY
-            item.stash[GROUP] = CANARY_GROUP if with_the_canary else group
-    sizes = Counter(item.stash[GROUP] for item in items)
-    slow = Counter(item.stash[GROUP] for item in items if item.get_closest_marker("slow"))
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The collection in the order the workers take it: the groups contiguous, the long ones first."""
+    groups = {item.nodeid: worker_group(item.nodeid) for item in items}
+    sizes = Counter(groups.values())
+    slow = Counter(groups[item.nodeid] for item in items if item.get_closest_marker("slow"))
 
     def rank(item: pytest.Item) -> tuple[int, int]:
-        group = item.stash[GROUP]
+        group = groups[item.nodeid]
         if group == CANARY_GROUP:  # the canary's module first: its fixture starts the background work
-            return (0, 0) if item.path == REPO / "tests" / CANARY_MODULE else (1, 0)
+            return (0, 0) if item.nodeid.startswith(CANARY_MODULE) else (1, 0)
         if group == RUNS_GROUP:
             return (2, 0)
         return (3, -slow[group]) if slow[group] else (4, -sizes[group])  # the longest first, by their counts
 
     items.sort(key=rank)  # stable: a group's tests stay in collection order
-    if getattr(config.option, "loadgroup", False):  # an xdist worker under --dist loadgroup
-        for item in items:
-            item.add_marker(pytest.mark.xdist_group(item.stash[GROUP]))
+
+
+@pytest.hookimpl(tryfirst=True, optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """Under --dist loadscope, the scopes are worker_group's groups, taken in collection order (run with
+    --no-loadscope-reorder); other modes stay xdist's own."""
+    if config.getvalue("dist") != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class GroupScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return worker_group(nodeid)
+
+    return GroupScheduling(config, log)
