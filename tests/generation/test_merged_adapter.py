@@ -259,8 +259,14 @@ def test_the_refiners_evaluation_depends_on_the_merge_when_it_is_on(preset: str)
     base = next(words for output, words in refinements.items() if output.endswith("refine_base/predictions.parquet"))
     assert base[base.index("--model") + 1].endswith("model/base") and "--adapter" not in base
 
+
+def test_without_the_merge_the_refiner_is_served_as_lora() -> None:
+    """Merge off: no merge job, the RL-refiner's inference loads the base model with the adapter. One preset: the
+    rules read only evaluate.merge_adapter for this (each preset's merge-on plan is checked above)."""
+    from tests.workflow.test_presets import planned_configs
+
     unmerged = planned_configs(
-        "evaluate", "--configfile", f"config/{preset}", "--config", "evaluate={merge_adapter: false}"
+        "evaluate", "--configfile", "config/barc-multiturn.yaml", "--config", "evaluate={merge_adapter: false}"
     )
     assert "merge-adapter" not in unmerged
     rl = next(words for words, _ in unmerged["inference"] if "refine_rl/" in " ".join(words))
