@@ -59,12 +59,13 @@ def cluster_set_resolution(request: pytest.FixtureRequest, tmp_path_factory: pyt
 
 
 # ------------------------------------------------------------------ two workers (`make test PYTEST_WORKERS=2`)
-# `make test PYTEST_WORKERS=2` runs two pytest-xdist workers with --dist loadscope, and the scopes are the groups below (the
-# scheduler in pytest_xdist_make_scheduler): a group's tests run in one worker, in collection order, and a worker
-# takes the next group when it is nearly done with its own. The two longest chains of work go first, one to each
-# worker: the canary (its whole DAG, with the waiting test whose work starts beside it) and the embedded default's
-# run with the tests that share it (end to end, the fault trials, the run through Slurm compared with it). Then the
-# groups with slow tests (engines, training), the longest first, then the quick ones. docs/testing.md: the figures.
+# `make test PYTEST_WORKERS=2` runs two pytest-xdist workers with --dist loadscope, and the scopes are the
+# groups below (the scheduler in pytest_xdist_make_scheduler): a group's tests run in one worker, in collection
+# order, and a worker takes the next group when it is nearly done with its own. The two longest chains of work go
+# first, one to each worker: the canary (its whole DAG, with the waiting test whose work starts beside it) and the
+# embedded default's run with the tests that share it (end to end, the fault trials, the run through Slurm compared
+# with it). Then the groups with slow tests (engines, training), the longest first, then the quick ones.
+# docs/testing.md: the figures.
 CANARY_GROUP = "canary"
 RUNS_GROUP = "workflow-runs"
 CANARY_MODULE = "tests/workflow/test_canary.py"
