@@ -46,8 +46,8 @@ def users_results_untouched():
 @pytest.fixture(scope="session")
 def cluster_set_resolution(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
     """pip's resolution of the cluster set from PyPI for tests/test_dependency_sets.py, which waits for it. The
-    workflow group starts it with its first test (tests/workflow/conftest.py), so that its minutes of network
-    waits run beside the canary; None where the set is not resolved (RESOLVED_HERE)."""
+    canary's fixture starts it (tests/workflow/test_canary.py), so that its minutes of network waits run beside the
+    canary; None where the set is not resolved (RESOLVED_HERE)."""
     from tests.test_dependency_sets import RESOLVED_HERE, start_cluster_set_resolution
 
     if not RESOLVED_HERE:
@@ -69,8 +69,9 @@ def cluster_set_resolution(request: pytest.FixtureRequest, tmp_path_factory: pyt
 CANARY_GROUP = "canary"
 RUNS_GROUP = "workflow-runs"
 CANARY_MODULE = "tests/workflow/test_canary.py"
-# tests that wait on work started beside the canary (tests/workflow/conftest.py)
-WITH_THE_CANARY = {"test_cluster_set_resolves_on_pypi"}
+# the test that waits for pip's resolution, which the canary's fixture starts (tests/workflow/test_canary.py)
+RESOLUTION_TEST = "test_cluster_set_resolves_on_pypi"
+WITH_THE_CANARY = {RESOLUTION_TEST}
 # the modules whose tests use the embedded default's runs (SHARED_RUN_FIXTURES; tests/test_worker_groups.py)
 RUNS_MODULES = {
     "tests/workflow/test_end_to_end.py",

@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.conftest import RESOLUTION_TEST
+
 REPO = Path(__file__).resolve().parents[2]
-RESOLUTION_TEST = "test_cluster_set_resolves_on_pypi"  # tests/test_dependency_sets.py
 
 
 class Workflow:
@@ -123,7 +124,7 @@ def workflow(tmp_path: Path, default_config: dict) -> Workflow:
 @pytest.fixture(scope="session")
 def finished(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Workflow:
     """The embedded default run to its end with profiles/local (README's `make run`), once per test session
-    (about 4 minutes on 2 cores): the end-to-end checks read it, and the Slurm run, started first, is compared
+    (about 5 minutes on 2 cores): the end-to-end checks read it, and the Slurm run, started first, is compared
     with it."""
     start_in_the_background(request, "slurm_run_started")
     workflow = Workflow(tmp_path_factory.mktemp("e2e"), yaml.safe_load((REPO / "config" / "config.yaml").read_text()))
@@ -162,7 +163,7 @@ def _waits_for(fixture: str, item: pytest.Item) -> bool:
 
 
 def in_a_worker() -> bool:
-    """Whether this session is one of `make test`'s pytest-xdist workers (tests/conftest.py)."""
+    """Whether this session is a pytest-xdist worker (`make test PYTEST_WORKERS=2`, tests/conftest.py)."""
     return bool(os.environ.get("PYTEST_XDIST_WORKER"))
 
 
