@@ -248,6 +248,8 @@ class SignalledStage:
         self.output = output
         self.signum = signum
         self.engine_processes: list[int] = []
+        self.signal_state = ""  # the stage's signal masks when it was signalled: what a failure must show
+        self.stderr_tail = b""
         self.signalled = threading.Event()
         command = _inference(tasks, model, output, n_predictions=32, n=32, max_tokens=2000)
         self.process = subprocess.Popen(
@@ -263,10 +265,18 @@ class SignalledStage:
         seen = b""
         while chunk := os.read(self.process.stderr.fileno(), 65536):
             seen = seen[-64:] + chunk
+            self.stderr_tail = (self.stderr_tail + chunk)[-4000:]
             if b"Processed prompts" in seen and not self.signalled.is_set():
                 self.engine_processes = descendants(self.process.pid)
+                status = Path(f"/proc/{self.process.pid}/status").read_text().splitlines()
+                self.signal_state = " ".join(line for line in status if line.startswith(("SigBlk", "SigIgn", "SigCgt")))
                 self.process.send_signal(self.signum)
                 self.signalled.set()
+
+    def why(self) -> str:
+        """What a failed assertion shows: the stage's signal masks when signalled, and its stderr's end."""
+        stderr = self.stderr_tail.decode(errors="replace")
+        return f"signal masks when signalled: {self.signal_state}\nstage stderr:\n{stderr}"
 
 
 @pytest.fixture(scope="module")
@@ -291,7 +301,11 @@ def test_killing_a_stage_mid_generation_leaves_no_engine_process(
     stage = signalled_stages[signum]
     assert stage.signalled.wait(300), "generation never started"
     assert stage.engine_processes, "vLLM started no process of its own"
-    assert stage.process.wait(60) == -signum
+    try:
+        returncode = stage.process.wait(60)
+    except subprocess.TimeoutExpired:
+        returncode = None
+    assert returncode == -signum, stage.why()
     deadline = time.monotonic() + 15
     while _alive(stage.engine_processes) and time.monotonic() < deadline:
         time.sleep(0.2)
