@@ -32,10 +32,9 @@ format: install
 	$(BIN)/ruff format .
 	$(BIN)/snakefmt Snakefile rules/
 
-# PYTEST_WORKERS=2 runs the suite in two workers, the canary's group beside the embedded default's runs
-# (tests/conftest.py): 28.5 instead of 47 minutes on 2 cores, but there a SIGINT-ed inference stage kept generating
-# in both measured runs (docs/testing.md, "Two workers"): one process stays the default until that is understood.
-PYTEST_WORKERS ?= 0
+# Two pytest-xdist workers, the canary's group beside the embedded default's runs (tests/conftest.py): the suite's
+# CPU work on both cores of a 2-core machine (docs/testing.md, "Two workers"). PYTEST_WORKERS=0: one process.
+PYTEST_WORKERS ?= 2
 test: lint
 	$(BIN)/python -m pytest --numprocesses $(PYTEST_WORKERS) --dist loadscope --no-loadscope-reorder
 

@@ -6,7 +6,7 @@ tests must pass there and leave what command 1 made exactly as it was.
 The tests that train or sample in this process wait for their OpenMP threads as the stages do
 (arc_pipeline/cpu_threads.py): the suite runs workflows beside them on the same cores.
 
-`make test PYTEST_WORKERS=2` runs the suite in two pytest-xdist workers; the groups below decide what runs where
+`make test` runs the suite in two pytest-xdist workers (`PYTEST_WORKERS`); the groups below decide what runs where
 and in which order (one process runs them in the same order).
 """
 
@@ -58,8 +58,8 @@ def cluster_set_resolution(request: pytest.FixtureRequest, tmp_path_factory: pyt
     started.stop()
 
 
-# ------------------------------------------------------------------ two workers (`make test PYTEST_WORKERS=2`)
-# `make test PYTEST_WORKERS=2` runs two pytest-xdist workers with --dist loadscope, and the scopes are the
+# ------------------------------------------------------------------ two workers (`make test`)
+# `make test` runs two pytest-xdist workers with --dist loadscope (PYTEST_WORKERS), and the scopes are the
 # groups below (the scheduler in pytest_xdist_make_scheduler): a group's tests run in one worker, in collection
 # order, and a worker takes the next group when it is nearly done with its own. The two longest chains of work go
 # first, one to each worker: the canary (its whole DAG, with the waiting test whose work starts beside it) and the

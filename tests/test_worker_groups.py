@@ -1,4 +1,4 @@
-"""The two workers of `make test PYTEST_WORKERS=2` (tests/conftest.py): the groups keep what shares fixtures
+"""The two workers of `make test` (tests/conftest.py): the groups keep what shares fixtures
 together and the long chains first. Checked on this session's own collection, in the order the workers take it."""
 
 from __future__ import annotations

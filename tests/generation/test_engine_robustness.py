@@ -239,6 +239,18 @@ def test_a_stalled_engine_fails_in_one_clear_line(workdir: Path, tasks_path: Pat
     assert _alive(sorted(seen)) == [], "engine processes outlived the stage"
 
 
+# Starts a command with SIGINT and SIGTERM at their defaults, as a terminal's Ctrl-C or Snakemake's kill finds a stage.
+# An ignored signal is inherited: a session started in the background by a shell without job control ignores SIGINT,
+# and a test process can leave it ignored (an in-process Supervisor restores Python's record of the handler, which
+# is stale once polars, at import, put its own native SIGINT handler in place). A stage keeps an inherited ignore
+# (process_tree.own_descendants), as a background job must; the kill test is about a stage that can be signalled.
+WITH_DEFAULT_SIGNALS = (
+    "import os, signal, sys; "
+    "[signal.signal(s, signal.SIG_DFL) for s in (signal.SIGINT, signal.SIGTERM)]; "
+    "os.execv(sys.argv[1], sys.argv[1:])"
+)
+
+
 class SignalledStage:
     """An inference stage started with long completions (the untrained model rarely stops), signalled SIGNUM as
     soon as vLLM reports generation progress: its stderr watcher sends the signal, so that the stage is mid-
@@ -253,7 +265,10 @@ class SignalledStage:
         self.signalled = threading.Event()
         command = _inference(tasks, model, output, n_predictions=32, n=32, max_tokens=2000)
         self.process = subprocess.Popen(
-            command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=_with_engine_processes()
+            [sys.executable, "-c", WITH_DEFAULT_SIGNALS, *command],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            env=_with_engine_processes(),
         )
         threading.Thread(target=self._watch_stderr, daemon=True).start()  # also keeps the pipe from filling
 

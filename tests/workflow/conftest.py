@@ -163,7 +163,7 @@ def _waits_for(fixture: str, item: pytest.Item) -> bool:
 
 
 def in_a_worker() -> bool:
-    """Whether this session is a pytest-xdist worker (`make test PYTEST_WORKERS=2`, tests/conftest.py)."""
+    """Whether this session is a pytest-xdist worker (`make test`, tests/conftest.py)."""
     return bool(os.environ.get("PYTEST_XDIST_WORKER"))
 
 
