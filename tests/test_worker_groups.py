@@ -1,5 +1,5 @@
-"""The two workers of `make test` (tests/conftest.py): the groups keep what shares fixtures
-together and the long chains first. Checked on this session's own collection, in the order the workers take it."""
+"""The two workers of `make test` (tests/conftest.py): the groups keep what shares fixtures together and the long
+chains first. Checked on this session's own collection, in the order the workers take it."""
 
 from __future__ import annotations
 

@@ -277,9 +277,8 @@ class SignalledStage:
         it back until the bar's next frame (when the first completion finishes, seconds to a minute later)."""
         from arc_pipeline.generation.process_tree import descendants
 
-        seen = b""
         while chunk := os.read(self.process.stderr.fileno(), 65536):
-            seen = seen[-64:] + chunk
+            seen = self.stderr_tail[-64:] + chunk  # the marker may straddle two reads
             self.stderr_tail = (self.stderr_tail + chunk)[-4000:]
             if b"Processed prompts" in seen and not self.signalled.is_set():
                 self.engine_processes = descendants(self.process.pid)

@@ -19,8 +19,8 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def canary(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Workflow:
-    # Beside it, the session's waiting work: in two workers (`make test`) the Slurm run goes with
-    # the local run in the other worker (tests/conftest.py); in one process with the canary, the session's first test.
+    # Beside it, the session's waiting work: in two workers (`make test`) the Slurm run goes with the local run in
+    # the other worker (tests/conftest.py); in one process with the canary, the session's first test.
     start_in_the_background(request, "cluster_set_resolution", *([] if in_a_worker() else ["slurm_run_started"]))
     # The preset as it is (fewer training steps or tasks learn too little to pass, and the evaluation is cheap),
     # but for its second GRPO job: SFT then RL is a comparison, not a check, and would add 5 minutes of CPU.
