@@ -27,6 +27,7 @@ include: "rules/refine_dataset.smk"
 include: "rules/sft.smk"
 include: "rules/train.smk"
 include: "rules/evaluate.smk"
+include: "rules/search.smk"
 include: "rules/canary.smk"
 include: "rules/benchmarks.smk"
 

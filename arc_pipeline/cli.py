@@ -43,6 +43,7 @@ STAGES: dict[str, tuple[str, str]] = {
     "train": ("arc_pipeline.stages.train", "GRPO training of a LoRA adapter"),
     "merge-adapter": ("arc_pipeline.stages.merge_adapter", "merge a LoRA adapter into the base model's weights"),
     "evaluate": ("arc_pipeline.stages.evaluate", "metric tables, voting, submission and pass@k"),
+    "search": ("arc_pipeline.stages.search", "the search's tables and plot: is_correct per round at equal budget"),
     "canary": ("arc_pipeline.stages.canary", "the learning canary's verdict (config/canary.yaml)"),
 }
 # Helpers: steps the rules run between stages, with no config section of their own.
@@ -50,6 +51,7 @@ HELPERS: dict[str, tuple[str, str]] = {
     "shard": ("arc_pipeline.helper_commands.shard", "take one shard of a tasks or refinement parquet"),
     "gather": ("arc_pipeline.helper_commands.gather", "concatenate shard parquets"),
     "refine-prompts": ("arc_pipeline.helper_commands.refine_prompts", "evaluation refinement prompts from executions"),
+    "search-prompts": ("arc_pipeline.helper_commands.search_prompts", "one search round's prompts (evaluate.search)"),
     "benchmark-summary": (
         "arc_pipeline.helper_commands.benchmark_summary",
         "time and memory per rule and job, from the benchmark files",

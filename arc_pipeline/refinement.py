@@ -16,6 +16,7 @@ import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+import numpy as np
 import polars as pl
 
 from arc_pipeline.domain.augmentation import Augmentation
@@ -73,6 +74,23 @@ def select_for_evaluation(executions: pl.DataFrame, k: int = 8) -> pl.DataFrame:
     return chosen.sort(["task_id", "refinement_index"]).drop(["_rank", "_n"])
 
 
+def select_random(executions: pl.DataFrame, k: int, seed: int, round_index: int) -> pl.DataFrame:
+    """``k`` execution rows per task drawn at random, with replacement, among its predictions with valid outputs
+    (right or wrong): the search's mutation ``parents: random`` (docs/scoring.md). Column ``refinement_index``
+    as in :func:`select_for_evaluation`; a task's draws depend on ``seed``, the round and its id alone."""
+    if k < 1:
+        raise ValueError(f"k must be at least 1, got {k}")
+    valid = executions.filter(pl.col("error_type").is_null()).sort(["task_id", "prediction_id"])
+    picks = []
+    for (task_id,), rows in valid.group_by("task_id", maintain_order=True):
+        rng = np.random.default_rng([seed, round_index, *task_id.encode()])
+        chosen = rows[rng.integers(rows.height, size=k).tolist()]
+        picks.append(chosen.with_columns(pl.Series("refinement_index", list(range(k)), dtype=pl.Int16)))
+    if not picks:
+        return valid.with_columns(pl.lit(None, dtype=pl.Int16).alias("refinement_index")).head(0)
+    return pl.concat(picks, how="vertical")
+
+
 def attach_predictions(selected: pl.DataFrame, predictions: pl.DataFrame) -> pl.DataFrame:
     """Add each selected execution's prompt parameters and text from the predictions table.
 
@@ -94,13 +112,16 @@ def count_tokens(tokenizer: Any, text: str) -> int:
     return len(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
-def refinement_example(task: Task, row: Mapping[str, Any], tokenizer: Any) -> dict[str, Any]:
+def refinement_example(
+    task: Task, row: Mapping[str, Any], tokenizer: Any, with_feedback: bool = True
+) -> dict[str, Any]:
     """A ``REFINEMENT_SCHEMA`` row for one selected prediction of ``task``.
 
     ``row`` holds the prediction's augmentation (``hflip``, ``rot90_k``, ``color_map``),
     ``test_index``, ``text`` and its execution's un-augmented ``train_outputs`` and scores. The
     augmentation is re-applied to the task and to those outputs: prompt and reward work in the frame
-    the previous answer was written in.
+    the previous answer was written in. ``with_feedback=False``: the prompt leaves the execution feedback out
+    (the search's mutation, :func:`arc_pipeline.domain.prompts.refinement_messages`).
     """
     augmentation = Augmentation.from_row(row)
     augmented = augmentation.apply_task(task)
@@ -113,7 +134,7 @@ def refinement_example(task: Task, row: Mapping[str, Any], tokenizer: Any) -> di
     # published rules store outputs up to 35 a side (arc_pipeline/scoring/rules.py)
     previous_outputs = [augmentation.apply(as_grid(grid, max_side=MAX_OUTPUT_SIDE_LIMIT)) for grid in stored_outputs]
     test_index = int(row["test_index"])
-    messages = refinement_messages(augmented, test_index, row["text"], previous_outputs)
+    messages = refinement_messages(augmented, test_index, row["text"], previous_outputs, with_feedback)
     prompt = render_refinement(tokenizer, messages)
     test_outputs = augmented.test_outputs
     return {
@@ -135,7 +156,7 @@ def refinement_example(task: Task, row: Mapping[str, Any], tokenizer: Any) -> di
 
 
 def refinement_examples(
-    tasks: Mapping[str, Task], rows: Iterable[Mapping[str, Any]], tokenizer: Any
+    tasks: Mapping[str, Task], rows: Iterable[Mapping[str, Any]], tokenizer: Any, with_feedback: bool = True
 ) -> list[dict[str, Any]]:
     """:func:`refinement_example` for every row; a row whose task is unknown fails naming it."""
     examples = []
@@ -143,7 +164,7 @@ def refinement_examples(
         task = tasks.get(row["task_id"])
         if task is None:
             raise KeyError(f"prediction {row['prediction_id']}: task {row['task_id']!r} is not in the tasks files")
-        examples.append(refinement_example(task, row, tokenizer))
+        examples.append(refinement_example(task, row, tokenizer, with_feedback))
     return examples
 
 

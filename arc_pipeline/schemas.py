@@ -307,3 +307,38 @@ RUN_ERRORS_SCHEMA = pa.schema(
         pa.field("share", pa.float64(), nullable=False),
     ]
 )
+
+# --- the search in rounds (arc_pipeline.stages.search; docs/scoring.md "Search in rounds") ----------------------
+# A point is what one search holds after a round: `schedule` (its predictions per round joined by "+", or
+# "independent": the base model's first `predictions` baseline predictions), `refiner` (null for independent
+# sampling), `round` (0 = the independent predictions it starts from), `predictions` per task spent.
+SEARCH_POINT_FIELDS = [
+    pa.field("schedule", pa.string(), nullable=False),
+    pa.field("refiner", pa.string(), nullable=True),
+    pa.field("model", pa.string(), nullable=False),  # the table's label: "RL-refiner", "base, independent", ...
+    pa.field("round", pa.int64(), nullable=False),
+    pa.field("predictions", pa.int64(), nullable=False),
+]
+# Per point and evaluation task (tasks with known test solutions).
+SEARCH_TASKS_SCHEMA = pa.schema(
+    SEARCH_POINT_FIELDS
+    + [
+        pa.field("task_id", pa.string(), nullable=False),
+        pa.field("is_correct", pa.float64(), nullable=True),  # 1.0: some prediction right on train, some on test
+        pa.field("kaggle_score", pa.float64(), nullable=True),  # share of test inputs with a right voted attempt
+    ]
+)
+# Per point: means over tasks, 95% paired bootstrap intervals, the gain over independent sampling at the same
+# budget (null for independent sampling itself).
+SEARCH_SCHEMA = pa.schema(
+    SEARCH_POINT_FIELDS
+    + [
+        pa.field("is_correct", pa.float64(), nullable=False),
+        pa.field("is_correct_low", pa.float64(), nullable=False),
+        pa.field("is_correct_high", pa.float64(), nullable=False),
+        pa.field("gain_over_independent", pa.float64(), nullable=True),
+        pa.field("gain_low", pa.float64(), nullable=True),
+        pa.field("gain_high", pa.float64(), nullable=True),
+        pa.field("kaggle_score", pa.float64(), nullable=True),  # mean over tasks; null if some solution is unknown
+    ]
+)

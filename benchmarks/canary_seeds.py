@@ -6,9 +6,14 @@ SFT's (``sft.seed``). Runs go to ``<results_dir>-seed<N>`` and are kept, so a re
 
     python benchmarks/canary_seeds.py --configfile config/canary.yaml --seeds 0,1,2
 
-``--mutation`` trains the SFT refiner on the base model's failed refinements instead of its solves
-(``sft_dataset.keep: failed``, into ``<results_dir>-seed<N>-mutation``): its verdict must be FAILED on the
+``--mutation`` (or ``--mutation sft``) trains the SFT refiner on the base model's failed refinements instead of its
+solves (``sft_dataset.keep: failed``, into ``<results_dir>-seed<N>-mutation``): its verdict must be FAILED on the
 SFT check, or that check cannot tell a refiner that learned from one that did not.
+
+``--mutation search`` makes every search round refine a random earlier program without its execution feedback
+(``evaluate.search: {parents: random, feedback: false}``, into ``<results_dir>-seed<N>-search-mutation``): its
+verdict must be FAILED on the search check. Training is the same as the seed's own run, so the folder starts as a
+copy of that run without its search (when the run exists), and only the search and the verdict run again.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import argparse
 import json
 import logging
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -30,11 +36,20 @@ REPO = Path(__file__).resolve().parent.parent
 LOG = logging.getLogger("canary_seeds")
 
 
+MUTATIONS = {
+    "sft": ("-mutation", {"sft_dataset": {"keep": "failed"}}),
+    "search": ("-search-mutation", {"evaluate": {"search": {"parents": "random", "feedback": False}}}),
+}
+# what a search mutation's copy of the seed's run leaves out: the search's own files, and what reads them
+SEARCH_OUTPUTS = ("evaluate/search", "evaluate/report/search", "canary")
+
+
 def seed_config(
-    configfile: Path, seed: int, work: Path, mutation: bool = False, results_prefix: str | None = None
+    configfile: Path, seed: int, work: Path, mutation: str | None = None, results_prefix: str | None = None
 ) -> tuple[Path, str]:
     config = yaml.safe_load(configfile.read_text())
-    results = f"{results_prefix or config.get('results_dir', 'results')}-seed{seed}" + ("-mutation" if mutation else "")
+    suffix, changes = MUTATIONS[mutation] if mutation else ("", {})
+    results = f"{results_prefix or config.get('results_dir', 'results')}-seed{seed}" + suffix
     overrides = {
         "base": str(configfile.resolve()),
         "results_dir": results,
@@ -42,11 +57,22 @@ def seed_config(
         "inference": {"seed": seed},
         "train": {"seed": 42 + seed},
         "sft": {"seed": 42 + seed},
-        **({"sft_dataset": {"keep": "failed"}} if mutation else {}),
+        **changes,
     }
-    path = work / f"seed{seed}{'-mutation' if mutation else ''}.yaml"
+    path = work / f"seed{seed}{suffix}.yaml"
     path.write_text(yaml.safe_dump(overrides))
     return path, results
+
+
+def start_from_seed_run(seed_run: Path, mutated: Path) -> None:
+    """The seed's own run copied (times kept, so nothing upstream reruns) without the search's files, once."""
+    if mutated.exists() or not seed_run.is_dir():
+        return
+    shutil.copytree(seed_run, mutated, symlinks=True)
+    for relative in SEARCH_OUTPUTS:
+        for path in mutated.glob(relative + "*"):
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
+    LOG.info("%s: a copy of %s without its search", mutated, seed_run)
 
 
 def run_share(is_correct: dict, run: str) -> str:
@@ -66,7 +92,13 @@ def main() -> None:
     parser.add_argument("--configfile", type=Path, default=REPO / "config" / "canary.yaml")
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--profile", default="profiles/local")
-    parser.add_argument("--mutation", action="store_true", help="SFT on the failed refinements (must fail)")
+    parser.add_argument(
+        "--mutation",
+        nargs="?",
+        const="sft",
+        choices=sorted(MUTATIONS),
+        help="sft: SFT on the failed refinements; search: random parents without feedback (each must fail)",
+    )
     parser.add_argument("--results-prefix", help="results folders <this>-seed<N> (default: the config's results_dir)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
@@ -75,6 +107,10 @@ def main() -> None:
     rows = []
     for seed in (int(seed) for seed in args.seeds.split(",")):
         configfile, results = seed_config(args.configfile, seed, work, args.mutation, args.results_prefix)
+        if args.mutation == "search":
+            start_from_seed_run(
+                REPO / seed_config(args.configfile, seed, work, None, args.results_prefix)[1], REPO / results
+            )
         started = time.perf_counter()
         command = [sys.executable, "-m", "snakemake", "--profile", args.profile, "--configfile", str(configfile)]
         # the rules call `arc-pipeline`: the one beside this interpreter, also when its venv is not activated
@@ -92,12 +128,13 @@ def main() -> None:
         rows.append({"seed": seed, "status": status, "seconds": seconds, **verdict})
     print(
         "| seed | reward first 20% | last 20% | ratio | base refines | RL-refiner | gain [95% CI] "
-        "| SFT-refiner | SFT gain [95% CI] | SFT+RL-refiner | SFT+RL - RL [95% CI] | verdict | run (s) |"
+        "| SFT-refiner | SFT gain [95% CI] | SFT+RL-refiner | SFT+RL - RL [95% CI] | search: RL - base [95% CI] "
+        "| verdict | run (s) |"
     )
-    print("|---:|---:|---:|---:|---:|---:|---|---:|---|---:|---|---|---:|")
+    print("|---:|---:|---:|---:|---:|---:|---|---:|---|---:|---|---|---|---:|")
     for row in rows:
         if "passed" not in row:
-            print(f"| {row['seed']} | run failed (exit {row['status']}) |" + " |" * 10 + f" {row['seconds']:.0f} |")
+            print(f"| {row['seed']} | run failed (exit {row['status']}) |" + " |" * 11 + f" {row['seconds']:.0f} |")
             continue
         share = partial(run_share, row["is_correct"])
         print(
@@ -105,6 +142,7 @@ def main() -> None:
             f"| {share('refine_base')} | {share('refine_rl')} | {points(row['gain'])} "
             f"| {share('refine_sft')} | {points(row.get('sft_gain'))} "
             f"| {share('refine_sft_rl')} | {points(row.get('sft_rl_vs_rl'))} "
+            f"| {'; '.join(points(check['rl_over_base']) for check in row.get('search') or []) or '-'} "
             f"| {'PASSED' if row['passed'] else 'FAILED: ' + '; '.join(row['reasons'])} | {row['seconds']:.0f} |"
         )
     finished = [row for row in rows if "passed" in row]

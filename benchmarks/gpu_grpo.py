@@ -43,7 +43,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # gpu_server's counters
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # gpu_bench_inputs beside this file
+
+from gpu_bench_inputs import build_inputs
 
 # The preset's train section with the benchmark's own changes: every completion is full length and stays in the
 # loss, no checkpoints, no tracker.
@@ -120,7 +122,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "vllm_server_tensor_parallel_size": 2,
         "training_processes": 2,
     },
-    # the server decodes the next step's completions while the ranks train (arc_pipeline/training/overlap.py);
+    # the server decodes the next step's completions while the ranks train (arc_pipeline/training/processes/overlap.py);
     # one update old, reweighted by the importance-sampling correction it needs
     "server-1+1-overlap": {
         "backward_chunk_tokens": 2100,
@@ -144,7 +146,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "vllm_server_gpus": 2,
         "training_processes": 2,
     },
-    # the correction's ratio from the loss's own forward (arc_pipeline/training/correction.py): no separate
+    # the correction's ratio from the loss's own forward (arc_pipeline/training/speed/correction.py): no separate
     # old-policy forward; per-token ratios (docs/multi-gpu.md)
     "server-1+1-overlap-fused": {"backward_chunk_tokens": 2100, "vllm_mode": "server", **FUSED_OVERLAP},
     # two steps per server request, sent two steps ahead (overlap_request_steps: 2): a two-replica server decodes
@@ -172,68 +174,6 @@ VARIANT_ENVIRONMENT: dict[str, dict[str, str]] = {
 PROFILED_STEP = {"profile": 3}
 PARAMETERS_8B = 8.03e9
 PHASES = ("generation", "weight_sync", "rewards", "logprobs", "prepare_other", "train", "optimizer", "step")
-
-
-def build_inputs(work: Path, grid_side: int, rows: int) -> dict[str, Any]:
-    """The random 8B model (no warm-up) and at least ``rows`` refinement prompts, once per work folder (again when
-    an earlier call built fewer: a run that outlasts its prompts starts a second epoch, whose first step
-    overlapped generation cannot prefetch)."""
-    done = work / "inputs.json"
-    built = json.loads(done.read_text()) if done.is_file() else {}
-    if built.get("rows", 0) >= rows:
-        return built
-    import numpy as np
-
-    from arc_pipeline.domain.tasks import Pair, Task
-    from arc_pipeline.io import write_table
-    from arc_pipeline.models.folder import load_tokenizer
-    from arc_pipeline.refinement import refinement_example
-    from arc_pipeline.schemas import REFINEMENT_SCHEMA, TASKS_SCHEMA
-
-    rng = np.random.default_rng(0)
-
-    def grid() -> np.ndarray:
-        return rng.integers(0, 10, size=(grid_side, grid_side)).astype(np.int8)
-
-    tasks = [
-        Task(f"bench{i}", tuple(Pair(grid(), grid()) for _ in range(3)), (Pair(grid(), grid()),), "bench")
-        for i in range(rows)
-    ]
-    work.mkdir(parents=True, exist_ok=True)
-    write_table([task.to_row() for task in tasks], work / "tasks.parquet", TASKS_SCHEMA)
-    model_dir = work / "model"
-    if not (model_dir / "config.json").is_file():
-        # the model stage in a child process: the build's CUDA memory (the 8B weights, ~17 GiB on GPU 0) stays held
-        # by the process that allocated it, and a variant's vLLM server that starts on GPU 0 at 0.9 of its memory
-        # then fails; the stage also writes the folder whole or not at all
-        config = json.dumps({"source": "random", "random": {"warmup_steps": 0}})
-        stage = ["model", "--tasks", str(work / "tasks.parquet"), "--output", str(model_dir), "--config-json", config]
-        subprocess.run([sys.executable, "-m", "arc_pipeline.cli", *stage], check=True)
-    tokenizer = load_tokenizer(model_dir)
-    examples = []
-    for task in tasks:
-        row = {
-            "prediction_id": f"{task.task_id}/p",
-            "task_id": task.task_id,
-            "hflip": False,
-            "rot90_k": 0,
-            "color_map": list(range(10)),
-            "test_index": 0,
-            "text": "```python\nfrom common import *\n\ndef transform(input_grid):\n    return input_grid\n```",
-            "train_outputs": [g.tolist() for g in task.train_inputs],
-            "train_correct_grids": 0.0,
-            "train_pixel_score": 0.1,
-        }
-        examples.append(refinement_example(task, row, tokenizer))
-    write_table(examples, work / "refinement.parquet", REFINEMENT_SCHEMA)
-    inputs = {
-        "model": str(model_dir),
-        "dataset": str(work / "refinement.parquet"),
-        "prompt_tokens": float(np.mean([example["prompt_tokens"] for example in examples])),
-        "rows": rows,
-    }
-    done.write_text(json.dumps(inputs))
-    return inputs
 
 
 def step_profiler(step: int, path: Path) -> Any:
@@ -353,10 +293,10 @@ class GpuMemoryTrace:
                 out.flush()
 
     def _server_counters(self) -> dict[str, float]:
-        """The variant's vLLM server's counters (benchmarks/gpu_server.py reads the same), found by its
+        """The variant's vLLM server's counters (read as benchmarks/gpu_server.py reads them), found by its
         ``--port`` among the variant's own processes (another invocation's server may run beside it); empty
         without a server."""
-        from gpu_server import read_counters
+        from gpu_bench_inputs import read_counters
 
         from arc_pipeline.generation.process_tree import descendants
 

@@ -4,7 +4,7 @@ In the 4-GPU layout of issue 31 (a TP-2 server beside 2 training ranks) a two-st
 training on H100s, where this script measured 9.2 s for the server alone: the gap was the request asking every
 split group twice (benchmarks/README.md). It starts, waits for and stops the server as the stage does
 (``arc_pipeline.training.launch``) on the GPUs of ``CUDA_VISIBLE_DEVICES``, sends it the
-requests ``arc_pipeline.training.overlap`` sends (TRL's ``VLLMClient.generate``: unique prompts, ``n`` =
+requests ``arc_pipeline.training.processes.overlap`` sends (TRL's ``VLLMClient.generate``: unique prompts, ``n`` =
 ``num_generations``, the preset's sampling, per-token log-probs), and prints per case the wall time, completion
 tokens/s, the server's own prefill and decode time and prefix-cache hits (its Prometheus ``/metrics``) and the
 server GPUs' mean utilisation (NVML) during the request. ``--offline`` runs the same requests through an
@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import sys
 import threading
 import time
@@ -31,7 +30,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # gpu_bench_inputs beside this file
+
+from gpu_bench_inputs import build_inputs, read_counters
 
 
 @dataclass(frozen=True)
@@ -58,32 +59,6 @@ CASES = {
         Case("3x32", 3),  # overlap_request_steps 3
     )
 }
-# the server's counters read around each request (vLLM's Prometheus names; a missing one reads as absent)
-COUNTERS = (
-    "vllm:prompt_tokens_total",
-    "vllm:generation_tokens_total",
-    "vllm:prefix_cache_queries_total",
-    "vllm:prefix_cache_hits_total",
-    "vllm:request_prefill_time_seconds_sum",
-    "vllm:request_decode_time_seconds_sum",
-    "vllm:inter_token_latency_seconds_sum",
-    "vllm:inter_token_latency_seconds_count",
-    "vllm:time_per_output_token_seconds_sum",
-    "vllm:time_per_output_token_seconds_count",
-    "vllm:num_preemptions_total",
-)
-
-
-def read_counters(url: str) -> dict[str, float]:
-    import requests
-
-    text = requests.get(f"{url}/metrics", timeout=10).text
-    totals: dict[str, float] = {}
-    for line in text.splitlines():
-        match = re.match(r"^(vllm:[a-z_:]+)(\{[^}]*\})? ([0-9.eE+-]+)$", line)
-        if match and match.group(1) in COUNTERS:
-            totals[match.group(1)] = totals.get(match.group(1), 0.0) + float(match.group(3))
-    return totals
 
 
 class Utilisation:
@@ -168,8 +143,8 @@ def run_server(args: argparse.Namespace, rows: list[list[int]], model: Path, con
     from trl.generation.vllm_client import VLLMClient
 
     from arc_pipeline.training.launch import SERVER, server_command, wait_until_healthy
-    from arc_pipeline.training.ports import free_ports
-    from arc_pipeline.training.processes import Supervisor
+    from arc_pipeline.training.processes.ports import free_ports
+    from arc_pipeline.training.processes.supervisor import Supervisor
 
     (port,) = free_ports(1)
     url = f"http://127.0.0.1:{port}"
@@ -259,8 +234,6 @@ def main() -> None:
     )
     parser.add_argument("--out", type=Path, help="write the rows here as JSON")
     args = parser.parse_args()
-
-    from gpu_grpo import build_inputs
 
     from arc_pipeline.training.config import TrainConfig
 

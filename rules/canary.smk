@@ -1,5 +1,5 @@
 # The learning canary's verdict (config/canary.yaml, docs/canary.md): training reward curve and held-out
-# is_correct of the RL-refiner against base refines.
+# is_correct of the RL-refiner against base refines, and with evaluate.search its search against base refines'.
 # Only in runs that enable it: its figure is marked for the report.
 if WORKFLOW.canary.enabled:
 
@@ -7,6 +7,7 @@ if WORKFLOW.canary.enabled:
         input:
             training_metrics=rules.train.output.metrics,
             tasks=rules.evaluate.output.tasks_parquet,
+            search=rules.search.output.tasks if WORKFLOW.evaluate.search.enabled else [],
         output:
             verdict=result("canary/verdict.json"),
             verdict_md=result("canary/verdict.md"),
@@ -20,7 +21,9 @@ if WORKFLOW.canary.enabled:
         params:
             cfg=config_slice("canary"),
             reward_metric=f"rewards/{WORKFLOW.train.reward}/mean",
+            search=lambda wildcards, input: f"--search {input.search}" if input.search else "",
             outdir=result("canary"),
         shell:
             "arc-pipeline --log-file {log} canary --training-metrics {input.training_metrics} --tasks {input.tasks}"
-            " --reward-metric {params.reward_metric} --output-dir {params.outdir} --config-json {params.cfg}"
+            " --reward-metric {params.reward_metric} {params.search} --output-dir {params.outdir}"
+            " --config-json {params.cfg}"

@@ -105,6 +105,7 @@ def final_outputs():
         *expand(result("execute/barc/part{part}.metrics.md"), part=PARTS),
         result("train/adapter"),
         result("evaluate/report/runs.md"),
+        *([result("evaluate/report/search.md")] if WORKFLOW.evaluate.search.enabled else []),
         *([result("canary/verdict.md")] if WORKFLOW.canary.enabled else []),
         *([result("sft/adapter")] if WORKFLOW.sft.enabled else []),
     ]

@@ -12,13 +12,7 @@ REFINER_ADAPTERS = {
     **({"sft_rl": rules.train_sft_rl.output.adapter} if WORKFLOW.sft.compare_sft_then_rl else {}),
     **WORKFLOW.evaluate.extra_adapters,
 }
-REFINERS = [
-    "base",
-    "rl",
-    *(["sft"] if WORKFLOW.sft.enabled else []),
-    *(["sft_rl"] if WORKFLOW.sft.compare_sft_then_rl else []),
-    *WORKFLOW.evaluate.extra_adapters,
-]
+REFINERS = WORKFLOW.evaluated_refiners()
 EVAL_SHARDS = list(range(WORKFLOW.evaluate.shards))
 
 
@@ -37,13 +31,34 @@ def refinement_inference():
     return evaluation_settings.refinement_inference(WORKFLOW)
 
 
-def refine_prompts_slice():
-    """Exactly what refine-prompts reads: prompts per task and the refinement inference's context, from
-    which it derives the prompt length limit (so it drops exactly what that inference could not sample)."""
+def refinement_context():
+    """The refinement inference's context, from which refine-prompts and search-prompts derive the prompt length
+    limit (so they drop exactly what that inference could not sample)."""
     inference = refinement_inference()
-    value = {"refinement_prompts": WORKFLOW.evaluate.refinement_prompts}
-    value.update({key: inference[key] for key in ("max_model_len", "max_tokens", "double_bos")})
+    return {key: inference[key] for key in ("max_model_len", "max_tokens", "double_bos")}
+
+
+def refine_prompts_slice():
+    """Exactly what refine-prompts reads: prompts per task and the refinement inference's context."""
+    value = {"refinement_prompts": WORKFLOW.evaluate.refinement_prompts, **refinement_context()}
     return shlex.quote(json.dumps(value, sort_keys=True))
+
+
+# The refinement inference and the execution of an evaluation run, shared by rules/search.smk's rounds.
+REFINEMENT_INFERENCE_SHELL = (
+    GPU_STAGE + " --log-file {log} --gpu-memory-file {params.gpu_memory} inference --refinements {input.refinements}"
+    " --model {input.model} {params.adapter} --output {output} --config-json {params.cfg}"
+)
+EVALUATION_EXECUTE_SHELL = (
+    "arc-pipeline --log-file {log} execute --predictions {input.predictions} --tasks {input.tasks}"
+    " --executions {output.executions} --metrics {output.metrics} --metrics-md {output.metrics_md}"
+    " --errors {output.errors} --errors-md {output.errors_md} --threads {threads} --config-json {params.cfg}"
+)
+
+
+def lora_option(wildcards, input):
+    """inference's --adapter for a refiner served as base + LoRA (none when merged, or for base)."""
+    return f"--adapter {input.adapter}" if input.adapter else ""
 
 
 def evaluation_execution():
@@ -216,12 +231,10 @@ rule evaluate_refinement_inference:
         **gpu_resources(),
     params:
         cfg=shlex.quote(json.dumps(refinement_inference(), sort_keys=True)),
-        adapter=lambda wildcards, input: f"--adapter {input.adapter}" if input.adapter else "",
+        adapter=lora_option,
         gpu_memory=gpu_memory_path("evaluate_refinement_inference", "{refiner}"),
     shell:
-        GPU_STAGE
-        + " --log-file {log} --gpu-memory-file {params.gpu_memory} inference --refinements {input.refinements} --model {input.model}"
-        " {params.adapter} --output {output} --config-json {params.cfg}"
+        REFINEMENT_INFERENCE_SHELL
 
 
 rule evaluate_execute:
@@ -242,9 +255,7 @@ rule evaluate_execute:
     params:
         cfg=shlex.quote(json.dumps(evaluation_execution(), sort_keys=True)),
     shell:
-        "arc-pipeline --log-file {log} execute --predictions {input.predictions} --tasks {input.tasks}"
-        " --executions {output.executions} --metrics {output.metrics} --metrics-md {output.metrics_md}"
-        " --errors {output.errors} --errors-md {output.errors_md} --threads {threads} --config-json {params.cfg}"
+        EVALUATION_EXECUTE_SHELL
 
 
 rule evaluate:

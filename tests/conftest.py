@@ -92,7 +92,10 @@ def worker_group(nodeid: str) -> str:
     if module in RUNS_MODULES:
         return RUNS_GROUP
     folder = module.rpartition("/")[0]
-    return folder if folder in SESSION_FIXTURE_DIRS else module
+    for shared in SESSION_FIXTURE_DIRS:  # its subfolders too (tests/training/speed, ...)
+        if folder == shared or folder.startswith(shared + "/"):
+            return shared
+    return module
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -98,3 +98,54 @@ def test_only_the_cli_ends_the_process() -> None:
                 if isinstance(called, ast.Name) and called.id == "SystemExit" and name != "arc_pipeline.cli":
                     raising.append(f"{name}:{node.lineno}")
     assert raising == []
+
+
+# arc_pipeline/training's groups (its package docstring): the GRPO stage at the top imports the step-speed machinery
+# and the train job's processes; those two import neither the stage, nor sft, nor each other.
+TRAINING = "arc_pipeline.training"
+TRAINING_GROUPS_MAY_IMPORT = {
+    "stage": {"stage", "speed", "processes"},
+    "speed": {"speed"},
+    "processes": {"processes"},
+    "sft": {"sft", "stage", "processes"},
+}
+
+
+def training_group(module: str) -> str | None:
+    """The group of a module of arc_pipeline.training ("stage" for the top level), None outside it."""
+    if module == TRAINING or not module.startswith(TRAINING + "."):
+        return None
+    head = module.removeprefix(TRAINING + ".").split(".")[0]
+    return head if head in TRAINING_GROUPS_MAY_IMPORT and head != "stage" else "stage"
+
+
+def cross_group_imports(graph: dict[str, set[str]]) -> dict[str, list[str]]:
+    """Per training module, the training modules it imports against TRAINING_GROUPS_MAY_IMPORT."""
+    wrong = {}
+    for name, targets in graph.items():
+        group = training_group(name)
+        if group is None:
+            continue
+        bad = sorted(t for t in targets if training_group(t) not in (None, *TRAINING_GROUPS_MAY_IMPORT[group]))
+        if bad:
+            wrong[name] = bad
+    return wrong
+
+
+def test_training_groups_import_in_one_direction() -> None:
+    graph = {name: imports(name) for name in MODULES if training_group(name)}
+    assert {training_group(name) for name in graph} == set(TRAINING_GROUPS_MAY_IMPORT)
+    assert cross_group_imports(graph) == {}
+
+
+def test_the_direction_check_catches_a_stage_import_from_the_speed_machinery() -> None:
+    graph = {
+        f"{TRAINING}.speed.shared_prompt": {f"{TRAINING}.grpo", f"{TRAINING}.speed.prompt_attention"},
+        f"{TRAINING}.processes.ports": {f"{TRAINING}.speed.correction"},
+        f"{TRAINING}.grpo": {f"{TRAINING}.sft.trainer", f"{TRAINING}.processes.ports"},
+    }
+    assert cross_group_imports(graph) == {
+        f"{TRAINING}.speed.shared_prompt": [f"{TRAINING}.grpo"],
+        f"{TRAINING}.processes.ports": [f"{TRAINING}.speed.correction"],
+        f"{TRAINING}.grpo": [f"{TRAINING}.sft.trainer"],
+    }

@@ -100,6 +100,37 @@ CASES: dict[str, Case | None] = {
             "{out}/prompts.parquet",
         )
     ),
+    "search-prompts": Case(
+        (
+            "--tasks",
+            "{missing}",
+            "--predictions",
+            "{missing}",
+            "--executions",
+            "{missing}",
+            "--initial",
+            "1",
+            "--model",
+            "{model}",
+            "--output",
+            "{out}/prompts.parquet",
+        ),
+        {"round": 1},
+    ),
+    "search": Case(
+        (
+            "--tasks",
+            "{missing}",
+            "--baseline-predictions",
+            "{missing}",
+            "--baseline",
+            "{missing}",
+            "--rounds",
+            "rl:1+1:{missing}",
+            "--output-dir",
+            "{out}/report",
+        )
+    ),
     "evaluate": Case(
         (
             "--tasks",

@@ -42,8 +42,10 @@ GPU_KEYS = ("request_gpus", "request_memory", "request_disk", "gpus_minimum_memo
 GPU_RULES = {"inference", "train", "evaluate_baseline_inference", "evaluate_refinement_inference"}
 # a GPU-class job too (a float32 8B merge needs the GPU node's host memory), planned where evaluate.merge_adapter is on
 MERGE_RULE = "merge_adapter"
+# the search's rounds (evaluate.search): a GPU rule, planned where the search is on
+SEARCH_GPU_RULE = "search_inference"
 # CPU rules with several threads (from `cluster.cpu.threads`); the rest use one.
-CPU_THREADED_RULES = {"execute", "evaluate_execute"}
+CPU_THREADED_RULES = {"execute", "evaluate_execute", "search_execute"}
 
 
 # --------------------------------------------------------------------------------------------
@@ -88,13 +90,21 @@ def _cluster_config(configfile: str | None) -> dict[str, Any]:
 
 
 def gpu_rules_of(configfile: str | None) -> set[str]:
-    """The GPU rules a run of ``configfile`` (None: the embedded default) plans: GPU_RULES, and rule
-    merge_adapter where the preset merges its adapters for the evaluation."""
+    """The GPU rules a run of ``configfile`` (None: the embedded default) plans: GPU_RULES, rule merge_adapter
+    where the preset merges its adapters for the evaluation, and the search's rounds where it searches."""
+    config = workflow_config(configfile)
+    return (
+        GPU_RULES
+        | ({MERGE_RULE} if config.evaluate.merge_adapter else set())
+        | ({SEARCH_GPU_RULE} if config.evaluate.search.enabled else set())
+    )
+
+
+def workflow_config(configfile: str | None):
     from arc_pipeline.config.prepare import prepare_config
 
     path = REPO / (configfile or "config/config.yaml")
-    config = prepare_config(yaml.safe_load(path.read_text()), {}, REPO, [str(path)])
-    return GPU_RULES | ({MERGE_RULE} if config.evaluate.merge_adapter else set())
+    return prepare_config(yaml.safe_load(path.read_text()), {}, REPO, [str(path)])
 
 
 def _dry_run_in_process(
@@ -281,28 +291,39 @@ def _expected_counts(configfile: str | None) -> dict[str, int]:
     refiners = 2 + len(config["evaluate"]["extra_adapters"])  # base model, trained adapter, extras
     eval_shards = config["evaluate"].get("shards", 1)
     merged = {MERGE_RULE: refiners - 1} if MERGE_RULE in gpu_rules_of(configfile) else {}  # every adapter once
-    return merged | {
-        "barc_download": 1,
-        "barc_tasks": 1,
-        "barc_split": parts,
-        "model": 1,
-        "inference_shard_tasks": parts * shards,
-        "inference": parts * shards,
-        "inference_gather": parts,
-        "execute": parts,
-        "refine_dataset": 1,
-        "train": 1,
-        "arc_tasks": 1,
-        "evaluate_baseline_shard_tasks": eval_shards,
-        "evaluate_baseline_inference": eval_shards,
-        "evaluate_baseline_gather": 1,
-        "evaluate_refine_prompts": 1,
-        "evaluate_refinement_inference": refiners,
-        "evaluate_execute": 1 + refiners,  # the baseline and each refiner
-        "evaluate": 1,
-        "benchmark_summary": 1,
-        "all": 1,
-    }
+    typed = workflow_config(configfile)
+    search = typed.evaluate.search
+    # per searching refiner, every round once, but for a first round that is the one-round table's run (64 + 64)
+    one_round = (typed.evaluate.first_predictions, typed.evaluate.refinement_prompts * typed.inference.n)
+    rounds = {tuple(s[: r + 1]) for s in search.schedules for r in range(1, len(s))} - {one_round}
+    searched = refiners * len(rounds) if search.enabled else 0
+    searching = {"search_prompts": searched, SEARCH_GPU_RULE: searched, "search_execute": searched, "search": 1}
+    return (
+        merged
+        | (searching if search.enabled else {})
+        | {
+            "barc_download": 1,
+            "barc_tasks": 1,
+            "barc_split": parts,
+            "model": 1,
+            "inference_shard_tasks": parts * shards,
+            "inference": parts * shards,
+            "inference_gather": parts,
+            "execute": parts,
+            "refine_dataset": 1,
+            "train": 1,
+            "arc_tasks": 1,
+            "evaluate_baseline_shard_tasks": eval_shards,
+            "evaluate_baseline_inference": eval_shards,
+            "evaluate_baseline_gather": 1,
+            "evaluate_refine_prompts": 1,
+            "evaluate_refinement_inference": refiners,
+            "evaluate_execute": 1 + refiners,  # the baseline and each refiner
+            "evaluate": 1,
+            "benchmark_summary": 1,
+            "all": 1,
+        }
+    )
 
 
 @pytest.mark.parametrize(

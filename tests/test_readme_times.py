@@ -19,6 +19,9 @@ NUMBER = r"\d[\d,]*(?:\.\d+)?"
 # from matching inside "16 min 40 s" and "5 s" inside "1.5 s".
 FIGURE = re.compile(rf"(?<![\d.,])(?:\d+ min \d+ s|{NUMBER}(?:-{NUMBER})? (?:h|min|s|GiB|MiB))(?![\w.])")
 MACHINE = re.compile(r"\b(?:H100|H200|A100|\d+-core|\d+ CPU cores)\b")
+GPU = re.compile(r"\b(?:H100|H200|A100)")
+# a GPU figure holds for the vLLM and torch it ran on: the lent image's, or the `gpu` extra's (benchmarks/README.md)
+STACK = re.compile(r"\bvLLM \d+\.\d+ / torch \d+\.\d+\b")
 DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 RETIRED = ("short completions", "stage command")
 
@@ -66,7 +69,7 @@ ROWS = _table()
 
 def test_the_table_has_rows_with_machine_date_and_time_columns() -> None:
     assert ROWS, f"no table under {HEADING!r} in README.md"
-    assert {"run", "machine", "date", "time"} <= set(ROWS[0]), ROWS[0].keys()
+    assert {"run", "machine", "stack", "date", "time"} <= set(ROWS[0]), ROWS[0].keys()
 
 
 @pytest.mark.parametrize("row", ROWS, ids=[row["run"][:40] for row in ROWS])
@@ -74,6 +77,13 @@ def test_each_row_names_its_machine_and_a_measured_date(row: dict[str, str]) -> 
     assert MACHINE.search(row["machine"]), f"no machine (GPU model or CPU cores) in {row['machine']!r}"
     assert DATE.fullmatch(row["date"]), f"date {row['date']!r} is not YYYY-MM-DD"
     assert row["date"] in _benchmarks(), f"no measurement of {row['date']} in benchmarks/README.md"
+
+
+@pytest.mark.parametrize("row", ROWS, ids=[row["run"][:40] for row in ROWS])
+def test_each_gpu_row_names_its_software_stack(row: dict[str, str]) -> None:
+    if GPU.search(row["machine"]):
+        assert STACK.search(row["stack"]), f"{row['run']!r}: no 'vLLM X.Y / torch X.Y' in {row['stack']!r}"
+        assert row["stack"].split(" (")[0] in _benchmarks(), f"{row['stack']!r} is not named in benchmarks/README.md"
 
 
 @pytest.mark.parametrize("row", ROWS, ids=[row["run"][:40] for row in ROWS])

@@ -1,4 +1,5 @@
-"""The evaluation's refiners in the workflow config (WorkflowConfig): unique names, SFT then RL beside RL alone."""
+"""The evaluation's refiners in the workflow config (WorkflowConfig): unique names, SFT then RL beside RL alone, and
+the search's schedules and refiners."""
 
 from __future__ import annotations
 
@@ -30,6 +31,17 @@ def with_changes(change: dict) -> dict:
             {"sft": {"enabled": True, "compare_sft_then_rl": True}, "train": {"backend": "unsloth", "use_cpu": False}},
             "backend trl",
         ),
+        # the embedded default: n_eval 8, inference.n 4
+        (
+            {"evaluate": {"search": {"enabled": True, "schedules": [[4, 4], [4, 4, 4]]}}},
+            r"spends 12 predictions per task, more than evaluate.n_eval 8",
+        ),
+        (
+            {"evaluate": {"search": {"enabled": True, "schedules": [[2, 6]]}}},
+            r"rounds \[6\] .* multiples of inference.n 4",
+        ),
+        ({"evaluate": {"search": {"enabled": True, "schedules": [[2]]}}}, "no refinement round"),
+        ({"evaluate": {"search": {"enabled": True, "refiners": ["sft"]}}}, r"\['sft'\] are not evaluated refiners"),
     ],
 )
 def test_refused(change: dict, message: str) -> None:
@@ -43,3 +55,14 @@ def test_the_comparison_and_an_extra_adapter_named_sft_while_sft_is_off() -> Non
     assert validate(with_changes({"evaluate": {"extra_adapters": {"sft": "."}}})).evaluate.extra_adapters == {
         "sft": "."
     }
+
+
+def test_the_search_runs_for_the_refiners_it_names_in_the_evaluations_order() -> None:
+    search = {"enabled": True, "schedules": [[4, 4]], "refiners": ["extra", "base"]}
+    config = validate(with_changes({"evaluate": {"search": search, "extra_adapters": {"extra": "."}}}))
+    assert config.searching_refiners() == ["base", "extra"]
+    everyone = validate(
+        with_changes({"evaluate": {"search": {**search, "refiners": []}, "extra_adapters": {"extra": "."}}})
+    )
+    assert everyone.searching_refiners() == ["base", "rl", "extra"]
+    assert validate(with_changes({})).searching_refiners() == []  # off in the embedded default

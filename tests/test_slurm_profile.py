@@ -24,6 +24,7 @@ from snakemake_executor_plugin_slurm.utils import set_gres_string
 from snakemake_executor_plugin_slurm_jobstep import get_cpu_setting, get_gpu_setting
 
 from tests.test_profiles import (  # noqa: F401  (workdir: a throwaway copy of the workflow)
+    CPU_THREADED_RULES,
     GPU_RULES,
     PUBLISHED,
     REPO,
@@ -91,7 +92,7 @@ def test_gpu_jobs_ask_sbatch_for_the_configured_gpu(
             assert "--gpus" not in options and "--gres" not in options and "--gpus" not in step, options
             assert _option(options, "--mem") == str(defaults["mem_mb"]), options
             assert _option(options, "-t") == str(defaults["runtime"]), options
-            threads = cpu["threads"] if job.rule.name in ("execute", "evaluate_execute") else 1
+            threads = cpu["threads"] if job.rule.name in CPU_THREADED_RULES else 1
             assert _option(options, "--cpus-per-task") == str(threads), (job.rule.name, options)
     assert expected <= seen and len(seen - expected) > 5
 

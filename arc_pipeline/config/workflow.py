@@ -27,7 +27,7 @@ from arc_pipeline.stages.model import ModelStageConfig
 from arc_pipeline.stages.refine_dataset import RefineDatasetConfig
 from arc_pipeline.stages.sft_dataset import SftDatasetConfig
 from arc_pipeline.training.config import TrainConfig
-from arc_pipeline.training.sft_config import SftConfig
+from arc_pipeline.training.sft.config import SftConfig
 
 
 class BarcConfig(BaseModel):
@@ -136,12 +136,59 @@ class WorkflowConfig(BaseModel):
     )
     cluster: ClusterConfig = Field(default_factory=ClusterConfig, description="job resources")
 
+    def own_refiners(self) -> list[str]:
+        """The workflow's own refiners, in the evaluation's order: base, rl, then sft and sft_rl where enabled."""
+        return [
+            "base",
+            "rl",
+            *(["sft"] if self.sft.enabled else []),
+            *(["sft_rl"] if self.sft.compare_sft_then_rl else []),
+        ]
+
+    def evaluated_refiners(self) -> list[str]:
+        """Every refiner of the evaluation (rules/evaluate.smk): the workflow's own, then the extra adapters."""
+        return [*self.own_refiners(), *self.evaluate.extra_adapters]
+
+    def searching_refiners(self) -> list[str]:
+        """The refiners that run the search (``evaluate.search.refiners``, empty = all), in the evaluation's order;
+        none when the search is off."""
+        if not self.evaluate.search.enabled:
+            return []
+        chosen = self.evaluate.search.refiners
+        return [name for name in self.evaluated_refiners() if not chosen or name in chosen]
+
+    @model_validator(mode="after")
+    def _check_search(self) -> WorkflowConfig:
+        """Each search schedule fits the baseline (its total at most evaluate.n_eval, so that independent sampling
+        is compared at the same budget) and its rounds are whole prompts of inference.n samples."""
+        search = self.evaluate.search
+        if not search.enabled:
+            return self
+        unknown = sorted(set(search.refiners) - set(self.evaluated_refiners()))
+        if unknown:
+            raise ValueError(
+                f"evaluate.search.refiners: {unknown} are not evaluated refiners {self.evaluated_refiners()}"
+            )
+        n = self.inference.n
+        for schedule in search.schedules:
+            if sum(schedule) > self.evaluate.n_eval:
+                raise ValueError(
+                    f"evaluate.search.schedules: {schedule} spends {sum(schedule)} predictions per task, more than "
+                    f"evaluate.n_eval {self.evaluate.n_eval}, the independent predictions it is compared with"
+                )
+            uneven = [size for size in schedule[1:] if size % n]
+            if uneven:
+                raise ValueError(
+                    f"evaluate.search.schedules: rounds {uneven} of {schedule} are not multiples of inference.n {n} "
+                    "(a round is prompts x n samples)"
+                )
+        return self
+
     @model_validator(mode="after")
     def _check_refiners(self) -> WorkflowConfig:
         """The evaluation's refiner names (rules/evaluate.smk: base, rl, sft, sft_rl, extra adapters) are unique,
         and SFT then RL beside RL alone (sft.compare_sft_then_rl) has what it needs."""
-        taken = {"base", "rl"} | ({"sft"} if self.sft.enabled else set())
-        taken |= {"sft_rl"} if self.sft.compare_sft_then_rl else set()
+        taken = set(self.own_refiners())
         clash = sorted(taken & set(self.evaluate.extra_adapters))
         if clash:
             raise ValueError(f"evaluate.extra_adapters: {clash} name the workflow's own refiners; rename them")

@@ -121,11 +121,14 @@ def refinement_messages(
     test_index: int,
     previous_text: str,
     previous_train_outputs: Sequence[np.ndarray | None],
+    with_feedback: bool = True,
 ) -> Messages:
     """The second turn: the unshuffled first turn, the previous answer, then execution feedback.
 
     ``task`` and ``previous_train_outputs`` must be in the same (augmented) frame as the previous
     prompt. Every train output is needed: predictions with errors are not refined (docs/scoring.md).
+    ``with_feedback=False`` renders the same turn without a single example's outputs or feedback (a mutation
+    of the search, ``evaluate.search.feedback``: the canary must notice it).
     """
     if len(previous_train_outputs) != len(task.train):
         raise ValueError(
@@ -134,6 +137,8 @@ def refinement_messages(
         )
     execution_outputs: list[dict[str, Any]] = []
     for index, (pair, output) in enumerate(zip(task.train, previous_train_outputs, strict=True)):
+        if not with_feedback:
+            break
         if output is None:
             raise ValueError(
                 f"task {task.task_id}: train output {index} is missing; only predictions with valid "

@@ -1,5 +1,5 @@
 """The learning canary's verdict (docs/canary.md): did training raise its reward, and does the RL-refiner beat
-base refines on held-out tasks?
+base refines on held-out tasks (in one round, and with evaluate.search over the search's rounds)?
 
 Two numbers decide, each against a threshold of ``canary`` (arc_pipeline/stages/canary.py):
 
@@ -21,9 +21,10 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
-import numpy as np
 import polars as pl
 
+from arc_pipeline.evaluation.bootstrap import Estimate, paired_bootstrap
+from arc_pipeline.evaluation.canary_search import SearchCheck, missed, search_markdown
 from arc_pipeline.evaluation.runs import refiner_label
 
 BASE_REFINES_RUN = "refine_base"
@@ -76,15 +77,6 @@ def reward_windows(metrics: pl.DataFrame, metric: str, window: float) -> RewardW
     )
 
 
-@dataclass(frozen=True)
-class Estimate:
-    """A mean with its 95% bootstrap interval."""
-
-    mean: float
-    low: float
-    high: float
-
-
 def per_task(tasks: pl.DataFrame, run: str, column: str = "is_correct") -> pl.DataFrame:
     rows = tasks.filter(pl.col("run") == run).select("task_id", pl.col(column).fill_null(0.0).alias(run))
     if rows.height == 0:
@@ -106,14 +98,7 @@ def bootstrap_means(
     for name, (run, minus) in DIFFERENCES.items():
         if run in values and minus in values:
             values[name] = values[run] - values[minus]
-    rng = np.random.default_rng(seed)
-    picks = rng.integers(joined.height, size=(samples, joined.height))
-    estimates = {}
-    for name, array in values.items():
-        resampled = array[picks].mean(axis=1)
-        low, high = np.quantile(resampled, [0.025, 0.975])
-        estimates[name] = Estimate(float(array.mean()), float(low), float(high))
-    return estimates
+    return paired_bootstrap(values, samples, seed)
 
 
 @dataclass(frozen=True)
@@ -133,6 +118,8 @@ class Verdict:
     sft_gain: dict[str, float] | None = None  # SFT-refiner - base refines, with sft.enabled
     min_sft_gain: float | None = None
     sft_rl_vs_rl: dict[str, float] | None = None  # SFT+RL-refiner - RL-refiner: reported, decides nothing
+    search: list[dict] | None = None  # with evaluate.search: a SearchCheck per schedule (canary_search.py)
+    min_search_gain: float | None = None
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -145,9 +132,11 @@ def decide(
     min_reward_ratio: float,
     min_is_correct_gain: float,
     min_sft_gain: float | None = None,
+    search: list[SearchCheck] | None = None,
+    min_search_gain: float | None = None,
 ) -> Verdict:
-    """Pass when every threshold is met (the SFT gain's only when the SFT refiner was evaluated);
-    ``reasons`` names each one missed."""
+    """Pass when every threshold is met (the SFT gain's only when the SFT refiner was evaluated, the search's
+    only with the search); ``reasons`` names each one missed."""
     reasons = []
     if not windows.ratio >= min_reward_ratio:
         reasons.append(
@@ -166,6 +155,8 @@ def decide(
             f"SFT-refiner is_correct {sft_gain.mean * 100:+.1f} points over base refines, below "
             f"{min_sft_gain * 100:+.1f}"
         )
+    if search and min_search_gain is not None:
+        reasons += missed(search, min_search_gain)
     sft_rl_vs_rl = estimates.get("sft_rl_vs_rl")
     return Verdict(
         passed=not reasons,
@@ -183,6 +174,8 @@ def decide(
         sft_gain=None if sft_gain is None else asdict(sft_gain),
         min_sft_gain=None if sft_gain is None else min_sft_gain,
         sft_rl_vs_rl=None if sft_rl_vs_rl is None else asdict(sft_rl_vs_rl),
+        search=[asdict(check) for check in search] if search else None,
+        min_search_gain=min_search_gain if search else None,
     )
 
 
@@ -234,6 +227,8 @@ def verdict_markdown(verdict: Verdict, metric: str) -> str:
     if verdict.sft_rl_vs_rl is not None:
         lines.append(f"| SFT+RL-refiner - RL-refiner (reported, not checked) | {points(verdict.sft_rl_vs_rl)} |")
     lines += ["", needs + "."]
+    if verdict.search:
+        lines += search_markdown(verdict.search, verdict.min_search_gain)
     if verdict.reasons:
         lines += ["", "Missed:", *(f"- {reason}" for reason in verdict.reasons)]
     return "\n".join(lines) + "\n"

@@ -283,3 +283,42 @@ def plot_examples(
         return _save(fig, path)
     finally:
         plt.close(fig)
+
+
+def plot_search(summary: pl.DataFrame, path: Path) -> Path:
+    """``summary``: the search's points (``SEARCH_SCHEMA``): is_correct against predictions per task spent, one line
+    per model and schedule (the schedules told apart by line style), 95% intervals shaded."""
+    title = "search at equal budget: is_correct against predictions per task"
+    if summary.height == 0:
+        return _message_figure(path, title, "no search point")
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(8, 5))
+    styles = ["-", "--", ":", "-."]
+    schedules = [s for s in summary["schedule"].unique(maintain_order=True).to_list() if s != "independent"]
+    for (schedule, model), points in summary.group_by("schedule", "model", maintain_order=True):
+        line = points.sort("predictions")
+        x = line["predictions"].to_list()
+        independent = schedule == "independent"
+        style = "-" if independent else styles[schedules.index(schedule) % len(styles)]
+        drawn = ax.plot(
+            x,
+            [100 * v for v in line["is_correct"].to_list()],
+            linestyle=style,
+            marker="o",
+            markersize=3,
+            color="black" if independent else None,
+            label=model if independent else f"{model} ({schedule})",
+        )
+        low = [100 * v for v in line["is_correct_low"].to_list()]
+        high = [100 * v for v in line["is_correct_high"].to_list()]
+        ax.fill_between(x, low, high, alpha=0.12, color=drawn[0].get_color())
+    ax.set_xlabel("predictions per task")
+    ax.set_ylabel("is_correct (% of tasks)")
+    ax.set_ylim(*percent_limits(summary["is_correct_high"].to_list()))
+    ax.set_title(title)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    try:
+        return _save(fig, path)
+    finally:
+        plt.close(fig)

@@ -23,12 +23,7 @@ from arc_pipeline.errors import PipelineError
 from arc_pipeline.evaluation.runs import first_half
 from arc_pipeline.generation.engine import added_prompt_tokens, prompt_token_limit
 from arc_pipeline.io import InputFileError, read_frame, write_table
-from arc_pipeline.refinement import (
-    attach_predictions,
-    drop_long_prompts,
-    refinement_examples,
-    select_for_evaluation,
-)
+from arc_pipeline.refinement import attach_predictions, drop_long_prompts, refinement_examples, select_for_evaluation
 from arc_pipeline.schemas import EXECUTIONS_SCHEMA, PREDICTIONS_SCHEMA, REFINEMENT_SCHEMA
 from arc_pipeline.task_files import read_tasks_by_id
 
@@ -87,6 +82,32 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add_config_argument(parser)
 
 
+def render_prompts(
+    tasks: dict[str, Task], selected: pl.DataFrame, tokenizer, max_prompt_tokens: int, with_feedback: bool = True
+) -> tuple[list[dict], list[dict], dict[str, int]]:
+    """The REFINEMENT_SCHEMA rows of ``selected`` (execution rows with their predictions' columns, in prompt
+    order) that fit ``max_prompt_tokens``, those that do not, and counts. A prediction chosen several times
+    (fewer distinct parents than prompts) is rendered once. Shared with ``search-prompts``."""
+    distinct = selected.unique(subset=["prediction_id"], keep="first", maintain_order=True)
+    rendered = {
+        row["prediction_id"]: row
+        for row in refinement_examples(tasks, distinct.iter_rows(named=True), tokenizer, with_feedback)
+    }
+    examples = [rendered[prediction_id] for prediction_id in selected["prediction_id"].to_list()]
+    kept, dropped = drop_long_prompts(examples, max_prompt_tokens)
+    too_long = [example for example in examples if example["prompt_tokens"] > max_prompt_tokens]
+    counts = {
+        "tasks_with_wrong_predictions": selected["task_id"].n_unique(),
+        "distinct_predictions_refined": distinct.height,
+        "prompts": len(examples),
+        "dropped_too_long": dropped,
+        "kept": len(kept),
+        "tasks_losing_all_refinements": len({e["task_id"] for e in too_long} - {e["task_id"] for e in kept}),
+        "max_prompt_tokens": max_prompt_tokens,
+    }
+    return kept, too_long, counts
+
+
 def build_prompts(
     tasks: dict[str, Task],
     predictions: pl.DataFrame,
@@ -96,31 +117,11 @@ def build_prompts(
     config: RefinePromptsConfig,
 ) -> tuple[list[dict], list[dict], dict[str, int]]:
     """REFINEMENT_SCHEMA rows kept (task by task, K each, in cycling order), those dropped as too long,
-    and counts of what happened.
-
-    A prediction chosen several times (fewer distinct wrong answers than K) is rendered once.
-    """
+    and counts of what happened."""
     half = first_half(executions.filter(pl.col("turn") == 1), predictions, first_predictions)
     selected = attach_predictions(select_for_evaluation(half, k=config.refinement_prompts), predictions)
-    distinct = selected.unique(subset=["prediction_id"], keep="first", maintain_order=True)
-    rendered = {
-        row["prediction_id"]: row for row in refinement_examples(tasks, distinct.iter_rows(named=True), tokenizer)
-    }
-    examples = [rendered[prediction_id] for prediction_id in selected["prediction_id"].to_list()]
-    limit = config.max_prompt_tokens(tokenizer)
-    kept, dropped = drop_long_prompts(examples, limit)
-    too_long = [example for example in examples if example["prompt_tokens"] > limit]
-    counts = {
-        "tasks": executions["task_id"].n_unique(),
-        "first_half_predictions": half.height,
-        "tasks_with_wrong_predictions": selected["task_id"].n_unique(),
-        "distinct_predictions_refined": distinct.height,
-        "prompts": len(examples),
-        "dropped_too_long": dropped,
-        "kept": len(kept),
-        "tasks_losing_all_refinements": len({e["task_id"] for e in too_long} - {e["task_id"] for e in kept}),
-        "max_prompt_tokens": limit,
-    }
+    kept, too_long, counts = render_prompts(tasks, selected, tokenizer, config.max_prompt_tokens(tokenizer))
+    counts = {"tasks": executions["task_id"].n_unique(), "first_half_predictions": half.height, **counts}
     return kept, too_long, counts
 
 

@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveInt
 from arc_pipeline.config.slices import add_config_argument, parse_config
 from arc_pipeline.errors import PipelineError
 from arc_pipeline.io import read_frame, write_text
-from arc_pipeline.schemas import RUN_TASK_METRICS_SCHEMA, TRAINING_METRICS_SCHEMA
+from arc_pipeline.schemas import RUN_TASK_METRICS_SCHEMA, SEARCH_TASKS_SCHEMA, TRAINING_METRICS_SCHEMA
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +41,11 @@ class CanaryConfig(BaseModel):
         description="SFT-refiner minus base refines held-out is_correct (a share) must reach this; checked when "
         "the evaluation has the SFT refiner (sft.enabled)",
     )
+    min_search_gain: float = Field(
+        0.15,
+        description="with evaluate.search: the RL-refiner's search minus base refines' search, held-out is_correct "
+        "(a share) at each schedule's full budget, must reach this",
+    )
     window: float = Field(0.2, gt=0, le=0.5, description="share of the logged steps in each reward window")
     bootstrap_samples: PositiveInt = Field(2000, description="paired bootstrap resamples of the tasks")
     seed: int = Field(0, description="seed of the bootstrap")
@@ -51,6 +56,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tasks", type=Path, required=True, help="the evaluation's tasks.parquet (per-task table)")
     parser.add_argument(
         "--reward-metric", required=True, help="training metric of the ARC reward, e.g. rewards/<train.reward>/mean"
+    )
+    parser.add_argument(
+        "--search", type=Path, help="the search's per-task table (SEARCH_TASKS_SCHEMA), with evaluate.search"
     )
     parser.add_argument("--output-dir", type=Path, required=True)
     add_config_argument(parser)
@@ -67,6 +75,7 @@ def run(args: argparse.Namespace) -> int:
         verdict_markdown,
         verdict_runs,
     )
+    from arc_pipeline.evaluation.canary_search import search_checks
 
     config = parse_config(args, CanaryConfig)
     metrics = read_frame(args.training_metrics, TRAINING_METRICS_SCHEMA)
@@ -77,9 +86,22 @@ def run(args: argparse.Namespace) -> int:
         estimates = bootstrap_means(tasks, runs, config.bootstrap_samples, config.seed)
     except ValueError as error:
         raise PipelineError(f"canary: {error} ({args.training_metrics}, {args.tasks})") from None
+    search = None
+    if args.search is not None:
+        try:
+            search = search_checks(read_frame(args.search, SEARCH_TASKS_SCHEMA), config.bootstrap_samples, config.seed)
+        except ValueError as error:
+            raise PipelineError(f"canary: {error} ({args.search})") from None
     heldout = tasks.filter(tasks["run"] == BASELINE_RUN).height
     verdict = decide(
-        windows, estimates, heldout, config.min_reward_ratio, config.min_is_correct_gain, config.min_sft_gain
+        windows,
+        estimates,
+        heldout,
+        config.min_reward_ratio,
+        config.min_is_correct_gain,
+        config.min_sft_gain,
+        search,
+        config.min_search_gain,
     )
     output = args.output_dir
     write_text(json.dumps(verdict.to_json(), indent=2) + "\n", output / "verdict.json")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, field_validator
 
 from arc_pipeline.generation.engine import KvCacheDtype
 from arc_pipeline.stages.merge_adapter import MergeAdapterConfig
@@ -43,6 +43,61 @@ class EvaluationEngine(BaseModel):
         None, description="KV cache storage (see inference.kv_cache_dtype; fp8 changes what is sampled)"
     )
     cascade_attention: bool | None = Field(None, description="vLLM 0.31's cascade attention (see inference)")
+
+
+class SearchConfig(BaseModel):
+    """``evaluate.search``: test-time search in rounds (docs/scoring.md, "Search in rounds"). Each schedule spends
+    a budget of predictions per task: its first number independent predictions (the baseline's first ones), then
+    one refinement round per further number, each refining the best wrong programs found so far by that refiner."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = Field(False, description="run the search for every evaluated refiner (its rules and tables)")
+    schedules: list[list[PositiveInt]] = Field(
+        default_factory=lambda: [[64, 64], [32, 32, 32, 32]],
+        description="predictions per task of each schedule: independent ones, then each round's refinements (a "
+        "multiple of inference.n: prompts = round / n). A schedule's total may not pass evaluate.n_eval, which "
+        "gives independent sampling the same budget. [64, 64] is the one-round table's own run",
+    )
+    refiners: list[str] = Field(
+        default_factory=list,
+        description="the refiners that search (base, rl, sft, sft_rl, extra adapters); empty = every evaluated one",
+    )
+    parents: Literal["best_wrong", "random"] = Field(
+        "best_wrong",
+        description="which earlier programs a round refines: best_wrong (docs/scoring.md's selection over every "
+        "program the refiner has made so far), or random (any earlier program with code: a mutation the canary's "
+        "search check must fail)",
+    )
+    feedback: bool = Field(
+        True,
+        description="the prompts show the earlier program's execution outputs and feedback; false leaves them out "
+        "(a mutation the canary's search check must fail)",
+    )
+    seed: int = Field(0, description="seed of the random parents (parents: random)")
+
+    @field_validator("schedules")
+    @classmethod
+    def _rounds(cls, schedules: list[list[int]]) -> list[list[int]]:
+        for schedule in schedules:
+            if len(schedule) < 2:
+                raise ValueError(
+                    f"schedule {schedule} has no refinement round: give independent predictions, then rounds"
+                )
+        names = [schedule_name(schedule) for schedule in schedules]
+        if len(set(names)) != len(names):
+            raise ValueError(f"schedules repeat: {names}")
+        return schedules
+
+    @property
+    def mutated(self) -> bool:
+        """A mutation of the search is on (its rounds are never the one-round table's run)."""
+        return self.parents != "best_wrong" or not self.feedback
+
+
+def schedule_name(schedule: list[int]) -> str:
+    """The schedule's folder name under evaluate/search: its numbers joined by '+' (64+64, 32+32+32+32)."""
+    return "+".join(str(number) for number in schedule)
 
 
 class EvaluateConfig(BaseModel):
@@ -90,6 +145,9 @@ class EvaluateConfig(BaseModel):
     )
     merge: MergeAdapterConfig = Field(
         default_factory=MergeAdapterConfig, description="stage merge_adapter (with merge_adapter on)"
+    )
+    search: SearchConfig = Field(
+        default_factory=SearchConfig, description="test-time search in rounds (off in the embedded default)"
     )
 
     @property

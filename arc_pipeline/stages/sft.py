@@ -5,7 +5,7 @@ Outputs, as the ``train`` stage's: the adapter folder (``--output``, with ``trai
 per-step metrics parquet (``--metrics``, ``TRAINING_METRICS_SCHEMA``: TRL's loss, mean_token_accuracy,
 learning_rate, ...). Checkpoints live in ``--checkpoint-dir`` (default ``<output>_checkpoints``), not a
 declared output: a rerun after a kill resumes from the last complete one. The config is
-:class:`arc_pipeline.training.sft_config.SftConfig`.
+:class:`arc_pipeline.training.sft.config.SftConfig`.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pathlib import Path
 from arc_pipeline.config.slices import add_config_argument, parse_config
 from arc_pipeline.io import check_parquet
 from arc_pipeline.schemas import SFT_DATASET_SCHEMA
-from arc_pipeline.training.sft_config import SftConfig
+from arc_pipeline.training.sft.config import SftConfig
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +33,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from arc_pipeline.models.folder import check_model_dir
-    from arc_pipeline.training.sft import train_sft
+    from arc_pipeline.training.sft.trainer import train_sft
 
     config = parse_config(args, SftConfig)
     # the inputs are checked here, in a second: training reads them only after importing torch and TRL

@@ -59,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
 
     config = parse_config(args, TrainConfig)
     if not config.use_vllm and config.backend == "trl":
-        from arc_pipeline.training.trl_imports import import_trl_without_vllm
+        from arc_pipeline.training.processes.trl_imports import import_trl_without_vllm
 
         import_trl_without_vllm()  # transformers samples here: TRL need not load vLLM
     # The inputs are checked here, in a second: training reads them only after importing torch and TRL.
@@ -83,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     server = None
     if args.vllm_server_port is not None:
-        from arc_pipeline.training.ports import HOST
+        from arc_pipeline.training.processes.ports import HOST
 
         if args.vllm_group_port is None:
             raise PipelineError("train: --vllm-server-port needs --vllm-group-port")

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
 
 from arc_pipeline.generation.engine import KvCacheDtype
 from arc_pipeline.scoring.rewards import REWARD_NAMES
-from arc_pipeline.training.process_settings import check_process_settings
+from arc_pipeline.training.processes.settings import check_process_settings
 
 ALL_PROJECTIONS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
@@ -124,7 +124,7 @@ class TrainConfig(LoraSettings):
         False,
         description="server mode: the server decodes the next step's completions while the training processes "
         "train on this step's, so each completion is one update old; needs vllm_importance_sampling_correction, "
-        "which reweights for it (arc_pipeline/training/overlap.py). Off = on-policy, as published",
+        "which reweights for it (arc_pipeline/training/processes/overlap.py). Off = on-policy, as published",
     )
     overlap_request_steps: PositiveInt = Field(
         1,
@@ -153,7 +153,7 @@ class TrainConfig(LoraSettings):
         "tokens, without activation checkpointing: no recomputation. With share_prompt_forward a chunk counts its "
         "completions alone (the micro-batch's shared prompt runs once, checkpointed, for all its chunks); otherwise "
         "prompt + completion. A completion longer than this runs alone, checkpointed if gradient_checkpointing is "
-        "on. The loss and its normalisation stay the micro-batch's (arc_pipeline/training/chunked_backward.py). "
+        "on. The loss and its normalisation stay the micro-batch's (arc_pipeline/training/speed/chunked_backward.py). "
         "Size it from the GPU memory left beside the model and vLLM: about 6.6 MiB of activations per token at the "
         "8B shape; 2100 (two full-length completions) took a full-length 8B step from 17.9 to 16.9 s on an H100, "
         "70.7 GiB in use (benchmarks/README.md). None = the whole micro-batch in one pass",
@@ -162,8 +162,8 @@ class TrainConfig(LoraSettings):
         True,
         description="completions of one prompt share its forward pass: the prompt runs once per group and its "
         "keys and values are attended to by every completion (FlashAttention on a GPU), for the policy's forward "
-        "and backward and the reference log-probs (arc_pipeline/training/shared_prompt.py). The same log-probs and "
-        "gradients up to rounding; in the presets a step's 32 completions answer one task, so 51k of a "
+        "and backward and the reference log-probs (arc_pipeline/training/speed/shared_prompt.py). The same "
+        "log-probs and gradients up to rounding; in the presets a step's 32 completions answer one task, so 51k of a "
         "full-length step's 84k tokens are prompt. Backend trl (unsloth computes its own log-probs)",
     )
     seed: int = Field(42, description="seed of adapter initialisation, data order and sampling")
@@ -233,7 +233,7 @@ class TrainConfig(LoraSettings):
         description="with vllm_importance_sampling_correction: take the current policy's log-probs for the "
         "correction from the loss's own forward, not from TRL's separate forward without gradient; the same "
         "values while each generation batch is trained once (num_iterations 1), one forward fewer per step "
-        "(arc_pipeline/training/correction.py)",
+        "(arc_pipeline/training/speed/correction.py)",
     )
     vllm_importance_sampling_clip_max: float = Field(
         3.0, gt=1, description="upper bound of the importance ratio: truncated to it or masked above it (TRL 1.x: 3.0)"

@@ -40,7 +40,7 @@ from arc_pipeline.training.checkpoints import (
     write_adapter,
 )
 from arc_pipeline.training.config import TrainConfig
-from arc_pipeline.training.ports import claim_rendezvous_port
+from arc_pipeline.training.processes.ports import claim_rendezvous_port
 from arc_pipeline.training.trainer_args import VllmServer, grpo_arguments, lora_config
 
 log = logging.getLogger(__name__)
@@ -193,14 +193,14 @@ def train(
     from arc_pipeline.sandbox import Sandbox, SandboxConfig
     from arc_pipeline.scoring.rules import max_output_side
     from arc_pipeline.training.callbacks import CollapseGuard, LiveMetrics, metrics_rows
-    from arc_pipeline.training.chunked_backward import ChunkedBackward
-    from arc_pipeline.training.correction import CorrectionFromLossForward
-    from arc_pipeline.training.overlap import OverlappedGeneration
     from arc_pipeline.training.phases import PhaseTimer
-    from arc_pipeline.training.preemption import CheckpointOnSigterm
+    from arc_pipeline.training.processes.overlap import OverlappedGeneration
+    from arc_pipeline.training.processes.preemption import CheckpointOnSigterm
+    from arc_pipeline.training.processes.weight_sync import release_stranded_sync_buffers
     from arc_pipeline.training.rewards import ArcReward, soft_overlong_penalty
-    from arc_pipeline.training.shared_prompt import SharedPromptForward
-    from arc_pipeline.training.weight_sync import release_stranded_sync_buffers
+    from arc_pipeline.training.speed.chunked_backward import ChunkedBackward
+    from arc_pipeline.training.speed.correction import CorrectionFromLossForward
+    from arc_pipeline.training.speed.shared_prompt import SharedPromptForward
 
     output = Path(output)
     checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir is not None else default_checkpoint_dir(output)

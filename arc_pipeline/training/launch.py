@@ -12,7 +12,7 @@ Used by the ``train`` stage when ``train.vllm_mode`` is ``server`` or ``train.tr
 4. ``python -m torch.distributed.run`` starts the ranks (``arc-pipeline train --rank-process``) on a free
    master port; each rank is a GRPO trainer (gloo on the CPU, NCCL on GPUs);
 5. the stage waits until the ranks end, or until any process dies; then every process is stopped
-   (arc_pipeline/training/processes.py) and a failure ends the stage with one line naming what failed.
+   (arc_pipeline/training/processes/supervisor.py) and a failure ends the stage with one line naming what failed.
 
 ``ARC_PIPELINE_VLLM_SERVE_COMMAND`` replaces ``python -m trl.scripts.vllm_serve`` (split like a shell
 command; it gets the same arguments): a site's own wrapper, or a test's stand-in server.
@@ -38,8 +38,8 @@ from arc_pipeline.errors import PipelineError
 from arc_pipeline.training.checkpoints import SUMMARY_FILE
 from arc_pipeline.training.config import TrainConfig
 from arc_pipeline.training.grpo import prepare_run
-from arc_pipeline.training.ports import HOST, free_ports
-from arc_pipeline.training.processes import StageStopped, Supervisor
+from arc_pipeline.training.processes.ports import HOST, free_ports
+from arc_pipeline.training.processes.supervisor import StageStopped, Supervisor
 from arc_pipeline.training.trainer_args import VllmServer
 
 log = logging.getLogger(__name__)

@@ -6,6 +6,7 @@ import polars as pl
 import pytest
 
 from arc_pipeline.evaluation.canary import bootstrap_means, decide, reward_windows, verdict_markdown, verdict_runs
+from arc_pipeline.evaluation.canary_search import missed, search_checks
 
 METRIC = "rewards/arc-v2-no-pixel-score/mean"
 
@@ -113,3 +114,61 @@ def test_the_sft_refiner_must_beat_base_refines_and_sft_then_rl_is_reported_not_
     without_sft = decide(rising, bootstrap_means(tasks(runs), list(runs), 200, 0), 4, 1.5, 0.15, min_sft_gain=0.15)
     assert without_sft.passed and without_sft.sft_gain is None and without_sft.min_sft_gain is None
     assert "SFT" not in verdict_markdown(without_sft, METRIC)
+
+
+def search_table(per_point: dict[tuple[str, str | None, int, int], list[float]]) -> pl.DataFrame:
+    """SEARCH_TASKS_SCHEMA rows: (schedule, refiner, round, predictions) -> is_correct per task."""
+    return pl.DataFrame(
+        [
+            {
+                "schedule": schedule,
+                "refiner": refiner,
+                "model": refiner or "base, independent",
+                "round": round_index,
+                "predictions": predictions,
+                "task_id": f"t{index}",
+                "is_correct": value,
+                "kaggle_score": value,
+            }
+            for (schedule, refiner, round_index, predictions), values in per_point.items()
+            for index, value in enumerate(values)
+        ]
+    )
+
+
+def test_the_search_check_compares_the_searches_at_their_full_budget() -> None:
+    """The RL-refiner's search against base refines' at the last round (not an earlier one), each search against
+    independent sampling at the same budget; a search that misses the margin is a reason."""
+    table = search_table(
+        {
+            ("independent", None, 0, 1): [0, 0, 0, 0],
+            ("independent", None, 0, 3): [1, 0, 0, 0],
+            ("1+1+1", "base", 1, 2): [0, 0, 0, 0],
+            ("1+1+1", "base", 2, 3): [1, 0, 0, 0],
+            ("1+1+1", "rl", 1, 2): [0, 0, 0, 0],  # round 1 no better than base: the check reads round 2
+            ("1+1+1", "rl", 2, 3): [1, 1, 1, 0],
+        }
+    )
+    [check] = search_checks(table, 200, 0)
+    assert (check.schedule, check.predictions, check.rounds) == ("1+1+1", 3, 2)
+    assert check.rl_over_base["mean"] == pytest.approx(0.5)
+    assert check.over_independent["RL-refiner"]["mean"] == pytest.approx(0.5)
+    assert check.over_independent["base refines"]["mean"] == pytest.approx(0.0)
+    assert missed([check], 0.25) == []
+    assert missed([check], 0.6) == [
+        (
+            "schedule 1+1+1: the RL-refiner's search is_correct +50.0 points over base refines' search at 3 "
+            "predictions, below +60.0"
+        )
+    ]
+    rising = reward_windows(metrics([2.0] * 5 + [4.0] * 5), METRIC, 0.2)
+    good = bootstrap_means(
+        tasks({"refine_base": [0, 0, 1, 0], "refine_rl": [1, 1, 1, 0]}), ["refine_base", "refine_rl"], 100, 0
+    )
+    failed = decide(rising, good, 4, 1.5, 0.15, search=[check], min_search_gain=0.6)
+    assert not failed.passed and failed.reasons == missed([check], 0.6)
+    markdown = verdict_markdown(failed, METRIC)
+    assert "| **RL-refiner's search - base refines' search** | **50.0 pts [" in markdown
+    assert "| RL-refiner, search | 75.0% [" in markdown
+    with pytest.raises(ValueError, match=r"refiners \['rl'\] did not search"):
+        search_checks(table.filter(pl.col("refiner") != "rl"), 200, 0)

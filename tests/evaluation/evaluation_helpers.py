@@ -113,6 +113,10 @@ def baseline_predictions() -> pl.DataFrame:
     return _frame(rows, PREDICTIONS_SCHEMA)
 
 
+def prediction_frame(rows: list[dict]) -> pl.DataFrame:
+    return _frame(rows, PREDICTIONS_SCHEMA)
+
+
 def _frame(rows: list[dict], schema) -> pl.DataFrame:
     return pl.from_arrow(pa.Table.from_pylist(rows, schema=schema))
 

@@ -29,7 +29,7 @@ def adapter_shapes(folder: Path) -> dict[str, tuple[int, ...]]:
 
 def test_two_processes_train_like_one_and_resume_after_sigterm(tiny_model, refinement_dataset, tmp_path):
     """Also two train stages at once on one machine: the one-process reference runs beside the two-process
-    rerun, and both finish (each process group on a port of its own: arc_pipeline/training/ports.py; the
+    rerun, and both finish (each process group on a port of its own: arc_pipeline/training/processes/ports.py; the
     colocated engine's port, which the CPU cannot run, in test_launch.py)."""
     dataset = refinement_dataset(4)
     one, two = tmp_path / "one", tmp_path / "two"

@@ -22,7 +22,7 @@ import pytest
 from arc_pipeline.errors import PipelineError
 from arc_pipeline.training.config import TrainConfig
 from arc_pipeline.training.launch import SERVE_COMMAND_VARIABLE, place, server_command
-from arc_pipeline.training.ports import free_ports
+from arc_pipeline.training.processes.ports import free_ports
 
 SERVER_CONFIG = {
     "use_cpu": False,
@@ -211,7 +211,7 @@ def test_stopping_ends_the_ranks_before_the_server(tmp_path):
     to both at once left them waiting until SIGKILL, without the preemption's checkpoint (docs/reliability.md,
     "Several GPUs")."""
     from arc_pipeline.training.launch import RANKS, SERVER
-    from arc_pipeline.training.processes import Supervisor
+    from arc_pipeline.training.processes.supervisor import Supervisor
 
     script, log = tmp_path / "child.py", tmp_path / "order.log"
     script.write_text(ORDERED_CHILD)
@@ -246,7 +246,7 @@ def test_a_real_vllm_server_starts_answers_and_is_stopped(tiny_model, tmp_path, 
     import urllib.request
 
     from arc_pipeline.training.launch import SERVER, wait_until_healthy
-    from arc_pipeline.training.processes import Supervisor
+    from arc_pipeline.training.processes.supervisor import Supervisor
 
     try:
         importlib.metadata.version("vllm")
@@ -271,7 +271,7 @@ def test_a_single_process_job_meets_on_a_port_of_its_own(monkeypatch):
     port torchrun (or a site) set is left alone."""
     from trl.trainer.utils import ensure_master_addr_port
 
-    from arc_pipeline.training.ports import claim_rendezvous_port
+    from arc_pipeline.training.processes.ports import claim_rendezvous_port
 
     monkeypatch.setattr(os, "environ", dict(os.environ))  # MASTER_* set here stay in this test
     trl_choices = []

@@ -23,10 +23,12 @@ def canary(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
     # the other worker (tests/conftest.py); in one process with the canary, the session's first test.
     start_in_the_background(request, "cluster_set_resolution", *([] if in_a_worker() else ["slurm_run_started"]))
     # The preset as it is (fewer training steps or tasks learn too little to pass, and the evaluation is cheap),
-    # but for its second GRPO job: SFT then RL is a comparison, not a check, and would add 5 minutes of CPU.
+    # but for its second GRPO job: SFT then RL is a comparison, not a check, and would add 5 minutes of CPU; and the
+    # search runs for the two refiners its check compares (the SFT-refiner's would add half a minute of CPU).
     config = yaml.safe_load((REPO / "config" / "canary.yaml").read_text())
     config["results_dir"] = "results"
     config["sft"]["compare_sft_then_rl"] = False
+    config["evaluate"]["search"]["refiners"] = ["base", "rl"]
     workflow = Workflow(tmp_path_factory.mktemp("canary"), config)
     workflow.snakemake()
     return workflow
@@ -79,3 +81,80 @@ def test_the_rl_refiner_used_its_adapter(canary: Workflow) -> None:
     predictions = pl.read_parquet(canary.path("evaluate/refine_rl/predictions.parquet"))
     assert predictions["adapter"].drop_nulls().n_unique() == 1
     assert predictions["adapter"].null_count() == 0
+
+
+def test_the_rl_refiners_search_beats_base_refines_search(canary: Workflow) -> None:
+    """The short search (1 independent prediction, then 2 rounds of 1 refinement): round 1 is the one-round table's
+    run, round 2 refines the best wrong program of the first two, and at the full budget the RL-refiner's search
+    beats base refines' (the preset's margin is the verdict's; the tests ask a little less against another CPU's
+    arithmetic, as above)."""
+    import polars as pl
+
+    verdict = json.loads(canary.path("canary/verdict.json").read_text())
+    summary = canary.path("canary/verdict.md").read_text()
+    [check] = verdict["search"]
+    assert (check["schedule"], check["rounds"], check["predictions"]) == ("1+1+1", 2, 3)
+    assert check["rl_over_base"]["low"] > 0, summary
+    assert check["rl_over_base"]["mean"] >= 0.10, summary
+    assert set(check["over_independent"]) == {"base refines", "RL-refiner"}
+
+    first = pl.read_parquet(canary.path("evaluate/baseline/predictions.parquet")).filter(pl.col("round") == 0)
+    round_one = pl.read_parquet(canary.path("evaluate/refine_rl/predictions.parquet"))
+    round_two = pl.read_parquet(canary.path("evaluate/search/rl/1+1+1/predictions.parquet"))
+    assert set(round_two["turn"]) == {3} and round_two["adapter"].null_count() == 0
+    assert set(round_two["parent_prediction_id"]) <= set(first["prediction_id"]) | set(round_one["prediction_id"])
+    # the search's one-round point is the one-round table's row
+    points = pl.read_parquet(canary.path("evaluate/report/search.parquet"))
+    runs = pl.read_parquet(canary.path("evaluate/report/runs.parquet"))
+    one_round = points.filter((pl.col("refiner") == "rl") & (pl.col("round") == 1))["is_correct"][0]
+    assert one_round == pytest.approx(runs.filter(pl.col("run") == "refine_rl")["is_correct"][0])
+
+
+def test_a_new_round_plans_only_its_own_jobs(canary: Workflow) -> None:
+    """A second schedule that shares its first round plans its new round for each searching refiner and the
+    tables, nothing upstream; an interrupted round (its predictions gone) plans that round again and what reads
+    it."""
+    schedules = canary.config["evaluate"]["search"]["schedules"]
+    canary.config["evaluate"]["search"]["schedules"] = [*schedules, [1, 2]]
+    canary.write_config()
+    try:
+        planned = canary.planned_jobs()
+    finally:
+        canary.config["evaluate"]["search"]["schedules"] = schedules
+        canary.write_config()
+    assert {
+        rule: planned.get(rule) for rule in ("search_prompts", "search_inference", "search_execute")
+    } == dict.fromkeys(("search_prompts", "search_inference", "search_execute"), 2)
+    assert set(planned) <= {
+        "search_prompts",
+        "search_inference",
+        "search_execute",
+        "search",
+        "canary",
+        "benchmark_summary",
+        "all",
+    }
+
+    predictions = canary.path("evaluate/search/rl/1+1+1/predictions.parquet")
+    kept = predictions.with_name("kept.parquet")
+    predictions.rename(kept)
+    try:
+        planned = canary.planned_jobs()
+    finally:
+        kept.rename(predictions)
+    assert planned.get("search_inference") == 1 and planned.get("search_execute") == 1
+    assert set(planned) <= {"search_inference", "search_execute", "search", "canary", "benchmark_summary", "all"}
+
+
+def test_inspect_reads_every_rounds_tables(canary: Workflow) -> None:
+    import subprocess
+    import sys
+
+    for relative in ("evaluate/search/base/1+1+1/executions.parquet", "evaluate/report/search.parquet"):
+        shown = subprocess.run(
+            [sys.executable, "-m", "arc_pipeline.cli", "inspect", str(canary.path(relative)), "-n", "1"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        assert "rows" in shown and ("prediction_id" in shown or "gain_over_independent" in shown)

@@ -224,3 +224,44 @@ def test_one_evaluation_compares_every_refiner() -> None:
 
     before, after = commands(planned), commands(changed)
     assert {command for command in before if before[command] != after[command]} == {"sft"}
+
+
+def test_the_published_search_plans_each_refiners_rounds_and_a_new_round_alone(tmp_path) -> None:
+    """barc-multiturn searches 64 + 64 (the one-round table's own run, not computed again) and 32 + 3 x 32 for every
+    refiner: one search-prompts / inference / execute job per refiner and round, round r sampled as turn r + 1. A
+    schedule whose last round is split in two plans those two rounds' jobs and leaves every earlier round's settings
+    as they were (so Snakemake reruns none of them)."""
+    planned = planned_configs("all", "--configfile", "config/barc-multiturn.yaml")
+
+    def rounds(plan: dict) -> dict[tuple[str, str], dict]:
+        found = {}
+        for words, config in plan["search-prompts"]:
+            _, _, refiner, prefix, _ = words[words.index("--output") + 1].rsplit("/", 4)
+            found[(refiner, prefix)] = {**config, "initial": int(words[words.index("--initial") + 1])}
+        return found
+
+    published = rounds(planned)
+    prefixes = ["32+32", "32+32+32", "32+32+32+32"]
+    assert set(published) == {(refiner, prefix) for refiner in ("base", "rl") for prefix in prefixes}
+    assert [published[("rl", prefix)]["round"] for prefix in prefixes] == [1, 2, 3]
+    assert {config["refinement_prompts"] for config in published.values()} == {4}  # 32 = 4 prompts x n 8
+    assert {config["initial"] for config in published.values()} == {32}
+    turns = {
+        words[words.index("--output") + 1]: config["turn"]
+        for words, config in planned["inference"]
+        if "/evaluate/search/" in words[words.index("--output") + 1]
+    }
+    assert turns["results/barc-multiturn/evaluate/search/rl/32+32+32+32/predictions.parquet"] == 4
+    assert sorted(turns.values()) == [2, 2, 3, 3, 4, 4]
+    [(search, _)] = planned["search"]
+    # round 1 of 64 + 64 is the one-round table's own run
+    assert "rl:64+64:results/barc-multiturn/evaluate/refine_rl/executions.parquet" in search
+
+    split = tmp_path / "split.yaml"
+    split.write_text("base: barc-multiturn\nevaluate:\n  search:\n    schedules: [[64, 64], [32, 32, 32, 16, 16]]\n")
+    changed = rounds(planned_configs("all", "--configfile", str(split)))
+    kept = {(refiner, prefix) for refiner in ("base", "rl") for prefix in prefixes[:2]}
+    new = {(refiner, prefix) for refiner in ("base", "rl") for prefix in ("32+32+32+16", "32+32+32+16+16")}
+    assert set(changed) == kept | new
+    assert {key: changed[key] for key in kept} == {key: published[key] for key in kept}
+    assert {changed[key]["refinement_prompts"] for key in new} == {2}

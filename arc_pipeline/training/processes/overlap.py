@@ -102,7 +102,7 @@ class _Request:
 
 class OverlappedGeneration:
     """Attach to a TRL ``GRPOTrainer`` in vLLM server mode with :meth:`attach`, after the other wrappers of its
-    engine (arc_pipeline/training/weight_sync.py, arc_pipeline/training/phases.py), so that the wait for a
+    engine (arc_pipeline/training/processes/weight_sync.py, arc_pipeline/training/phases.py), so that the wait for a
     request counts as generation, not as weight sync."""
 
     def __init__(self, request_steps: int = 1) -> None:

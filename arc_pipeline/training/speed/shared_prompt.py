@@ -21,10 +21,10 @@ and the layers may keep them for these passes (``_can_checkpoint_with_cache``). 
 run the prompt pass without a graph and cut the prefix's gradient off, so it is refused.
 
 Attention: passes over right-padded completions (TRL's layout) need only the causal mask aligned to the bottom
-right of their scores, and run it with FlashAttention on a GPU (arc_pipeline/training/prompt_attention.py); a
+right of their scores, and run it with FlashAttention on a GPU (arc_pipeline/training/speed/prompt_attention.py); a
 group with any other mask keeps the explicit mask.
 
-Chunks of one micro-batch (train.backward_chunk_tokens, arc_pipeline/training/chunked_backward.py) share one
+Chunks of one micro-batch (train.backward_chunk_tokens, arc_pipeline/training/speed/chunked_backward.py) share one
 prompt pass: :meth:`SharedPromptForward.prompt_pass` runs it once and :meth:`SharedPromptForward.reusing` hands
 its keys and values to every chunk's pass over completions.
 """
@@ -37,7 +37,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from arc_pipeline.training.prompt_attention import (
+from arc_pipeline.training.speed.prompt_attention import (
     SHARED_PROMPT_CAUSAL,
     attention_of,
     bottom_right_attention_holds,

@@ -31,7 +31,7 @@ from arc_pipeline.training.checkpoints import (
     run_fingerprint,
     write_adapter,
 )
-from arc_pipeline.training.sft_config import SFT_NOT_IN_FINGERPRINT, SftConfig
+from arc_pipeline.training.sft.config import SFT_NOT_IN_FINGERPRINT, SftConfig
 from arc_pipeline.training.trainer_args import lora_config, warmup
 
 log = logging.getLogger(__name__)
@@ -136,7 +136,7 @@ def train_sft(
     """Train (or resume, or finish from a checkpoint that already reached the end), then write the adapter
     folder ``output`` and the metrics parquet."""
     from arc_pipeline.training.callbacks import LiveMetrics, metrics_rows
-    from arc_pipeline.training.preemption import CheckpointOnSigterm
+    from arc_pipeline.training.processes.preemption import CheckpointOnSigterm
 
     output, dataset_path, model_dir = Path(output), Path(dataset_path), Path(model_dir)
     checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir is not None else default_checkpoint_dir(output)

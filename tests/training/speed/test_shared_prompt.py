@@ -12,9 +12,9 @@ import pytest
 import torch
 
 from arc_pipeline.training.config import TrainConfig
-from arc_pipeline.training.shared_prompt import SharedPromptForward, left_padding, prompt_groups
+from arc_pipeline.training.speed.shared_prompt import SharedPromptForward, left_padding, prompt_groups
 from tests.numerics import assert_reordered_close, model_sum_terms, reordered_sum_tolerance
-from tests.training.test_chunked_backward import (
+from tests.training.speed.test_chunked_backward import (
     COMPLETION_LENGTHS,
     VaryingReward,
     assert_same_adapter,
@@ -95,7 +95,7 @@ def test_shared_prompts_give_trls_logps_entropies_and_gradient(
 ):
     """Right-padded completions take the bottom-right causal attention; a completion mask with a hole in it
     (not TRL's layout) keeps the explicit mask; both give TRL's numbers."""
-    import arc_pipeline.training.prompt_attention as prompt_attention
+    import arc_pipeline.training.speed.prompt_attention as prompt_attention
 
     train_config = config(gradient_checkpointing=checkpointed, temperature=0.7)
     trainer, _ = trainer_and_micro_batch(train_config, tiny_model, refinement_dataset(2), tmp_path)
@@ -139,7 +139,7 @@ def test_micro_batch_loss_gradient_and_reference_are_trls(
 ):
     """A real micro-batch (8 completions of one prompt): the reference log-probs TRL computes while scoring, then
     the loss and LoRA gradient of compute_loss, with and without the chunked backward on top."""
-    from arc_pipeline.training.chunked_backward import ChunkedBackward
+    from arc_pipeline.training.speed.chunked_backward import ChunkedBackward
 
     train_config = config(loss_type="bnpo", gradient_checkpointing=checkpointed)
     trainer, batch = trainer_and_micro_batch(train_config, tiny_model, refinement_dataset(2), tmp_path)
@@ -174,7 +174,7 @@ def test_an_attention_kernel_that_does_not_hold_leaves_the_explicit_mask(
 ):
     """The bottom-right causal attention is checked against an explicit mask when the forward is attached; a
     kernel that computed something else (here: the mask aligned top left) is not used, and the numbers stay TRL's."""
-    import arc_pipeline.training.prompt_attention as prompt_attention
+    import arc_pipeline.training.speed.prompt_attention as prompt_attention
 
     assert prompt_attention.bottom_right_attention_holds(torch.device("cpu"), torch.float32, 8, 2)
     trainer, _ = trainer_and_micro_batch(config(), tiny_model, refinement_dataset(2), tmp_path)

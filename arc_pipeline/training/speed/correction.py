@@ -11,7 +11,7 @@ benchmarks/README.md) and fills in the ratio inside the loss:
 
 * while TRL prepares the generation batch, its correction flag is off, so it neither runs the forward nor
   computes the ratio (vLLM's sampling log-probs still come back: TRL always asks for them);
-* in each loss computation (each chunk, with arc_pipeline/training/chunked_backward.py), the first forward with
+* in each loss computation (each chunk, with arc_pipeline/training/speed/chunked_backward.py), the first forward with
   gradient gives the current log-probs; the ratio is computed from them, detached, exactly as TRL computes it
   (per token or per sequence, truncated or masked at the clip bounds), and put where TRL's loss reads it.
 

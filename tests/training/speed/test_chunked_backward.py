@@ -17,8 +17,8 @@ import pytest
 import torch
 from transformers import TrainerCallback
 
-from arc_pipeline.training.chunked_backward import ChunkedBackward, chunk_weights, plan_chunks
 from arc_pipeline.training.config import TrainConfig
+from arc_pipeline.training.speed.chunked_backward import ChunkedBackward, chunk_weights, plan_chunks
 from tests.numerics import FLOAT32_UNIT_ROUNDOFF, assert_reordered_close, model_sum_terms, reordered_sum_tolerance
 from tests.training.training_helpers import grpo_trainer
 
@@ -239,7 +239,7 @@ def assert_same_adapter(adapter: TwoSteps, reference: TwoSteps) -> None:
 
 def test_train_with_chunks_learns_what_train_without_learns(tiny_model, refinement_dataset, tmp_path, monkeypatch):
     """The stage's own train(): two optimizer steps with and without chunks end at the same adapter."""
-    from arc_pipeline.training import chunked_backward
+    from arc_pipeline.training.speed import chunked_backward
 
     planned = []
     plan = chunked_backward.plan_chunks
@@ -254,7 +254,7 @@ def test_train_with_chunks_learns_what_train_without_learns(tiny_model, refineme
 
 
 def spawn_ranks(run_rank, tmp_path) -> list[dict]:
-    """Two gloo ranks of ``run_rank`` (tests/training/ddp_chunks.py); what each saved."""
+    """Two gloo ranks of ``run_rank`` (tests/training/speed/ddp_chunks.py); what each saved."""
     import socket
 
     import torch.multiprocessing as mp
@@ -270,7 +270,7 @@ def test_shared_prompt_chunks_under_data_parallel_give_the_all_reduced_gradient(
     """A tiny Llama under DistributedDataParallel, each rank's completions sharing one prompt: chunks over one
     prompt pass (differentiated under no_sync, the prompt's gradient carried to the trainer's backward) give the
     whole micro-batch's all-reduced gradient."""
-    from tests.training.ddp_chunks import COMPLETION, PROMPT_WIDTH, ROWS, run_rank_shared, tiny_llama
+    from tests.training.speed.ddp_chunks import COMPLETION, PROMPT_WIDTH, ROWS, run_rank_shared, tiny_llama
 
     ranks = spawn_ranks(run_rank_shared, tmp_path)
     # the all-reduce sums both ranks' micro-batches
@@ -284,8 +284,8 @@ def test_shared_prompt_chunks_under_data_parallel_give_the_all_reduced_gradient(
 
 def test_chunks_under_data_parallel_give_the_all_reduced_gradient(tmp_path):
     """Two gloo ranks with DistributedDataParallel: the chunked micro-batch's gradient, all-reduced once by the
-    trainer's backward, equals the whole micro-batch's on every rank (tests/training/ddp_chunks.py)."""
-    from tests.training.ddp_chunks import COMPLETION, PROMPT, ROWS, VOCABULARY, run_rank
+    trainer's backward, equals the whole micro-batch's on every rank (tests/training/speed/ddp_chunks.py)."""
+    from tests.training.speed.ddp_chunks import COMPLETION, PROMPT, ROWS, VOCABULARY, run_rank
 
     ranks = spawn_ranks(run_rank, tmp_path)
     terms = 2 * ROWS * (PROMPT + COMPLETION) * VOCABULARY  # both ranks' tokens, summed by the all-reduce

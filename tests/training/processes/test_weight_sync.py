@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import torch
 from vllm.distributed.weight_transfer import packed_tensor
 
-from arc_pipeline.training.weight_sync import release_stranded_sync_buffers, vllm_strands_sync_buffers
+from arc_pipeline.training.processes.weight_sync import release_stranded_sync_buffers, vllm_strands_sync_buffers
 
 
 def trainer(mode: str, calls: list[str]) -> SimpleNamespace:

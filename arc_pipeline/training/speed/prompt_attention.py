@@ -1,4 +1,4 @@
-"""The attention of passes over completions that share a prompt (arc_pipeline/training/shared_prompt.py).
+"""The attention of passes over completions that share a prompt (arc_pipeline/training/speed/shared_prompt.py).
 
 Such a pass attends to the prompt's keys and values and, causally, to its own: the causal mask aligned to the
 bottom right of the (completions x prompt + completions) score matrix. When every completion is right padded

@@ -5,7 +5,7 @@ forked (torchrun's ranks, vLLM's engine processes). The supervising stage proces
 (arc_pipeline/generation/process_tree.py): a grandchild whose parent died is re-parented to it and stays
 findable. :meth:`Supervisor.stop` sends SIGTERM to one group after another, the last started first, each with
 ``grace_s`` seconds to exit (a training rank finishes its step and saves a checkpoint on SIGTERM:
-arc_pipeline/training/preemption.py, while the server it may wait on still runs), then sends SIGKILL to the
+arc_pipeline/training/processes/preemption.py, while the server it may wait on still runs), then sends SIGKILL to the
 groups and to every process below the stage that carries the supervisor's tag (an environment variable every
 child and its descendants inherit): nothing the job started outlives the stage.
 

@@ -12,7 +12,7 @@ from training_helpers import REFINE_TEXT, refinement_rows
 
 from arc_pipeline.io import write_table
 from arc_pipeline.schemas import SFT_DATASET_SCHEMA, TRAINING_METRICS_SCHEMA
-from arc_pipeline.training.sft_config import SftConfig
+from arc_pipeline.training.sft.config import SftConfig
 
 CPU = {
     "use_cpu": True,
@@ -52,7 +52,7 @@ def sft_dataset(tiny_model, tmp_path_factory) -> Path:
 
 def test_the_loss_covers_the_completion_and_its_end_token_only(tiny_model, sft_dataset, tmp_path):
     from arc_pipeline.models.folder import load_tokenizer
-    from arc_pipeline.training.sft import build_trainer
+    from arc_pipeline.training.sft.trainer import build_trainer
 
     trainer = build_trainer(SftConfig(**CPU), sft_dataset, tiny_model, tmp_path)
     tokenizer = load_tokenizer(tiny_model)
@@ -120,7 +120,7 @@ def test_grpo_continues_the_sft_adapter_of_its_own_shape_only(tiny_model, sft_da
     from arc_pipeline.errors import PipelineError
     from arc_pipeline.training.base_model import continue_adapter
     from arc_pipeline.training.grpo import train
-    from arc_pipeline.training.sft import train_sft
+    from arc_pipeline.training.sft.trainer import train_sft
 
     sft = tmp_path / "sft"
     train_sft(SftConfig(**dict(CPU, max_steps=1)), sft_dataset, tiny_model, sft / "adapter", sft / "metrics.parquet")

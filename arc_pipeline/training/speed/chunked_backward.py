@@ -9,7 +9,7 @@ trimmed per chunk); each chunk runs forward and backward without checkpointing, 
 than the budget runs alone with checkpointing. In a data-parallel run all processes use the smallest number of
 completions per chunk among them, because TRL gathers per-completion metrics inside each loss computation.
 With ``train.share_prompt_forward``, a micro-batch whose completions all answer one prompt runs that prompt
-once for all its chunks (arc_pipeline/training/shared_prompt.py): the prompt's pass (checkpointed if the model
+once for all its chunks (arc_pipeline/training/speed/shared_prompt.py): the prompt's pass (checkpointed if the model
 is) leaves keys and values at every layer; each chunk's pass over its completions attends to copies of them cut
 from the graph (leaves), and the gradients that reach those leaves, summed over the chunks, go back through the
 prompt's pass once. The budget then counts the chunk's completions alone.
@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from arc_pipeline.training.shared_prompt import PromptPass, SharedPromptForward
+    from arc_pipeline.training.speed.shared_prompt import PromptPass, SharedPromptForward
 
 log = logging.getLogger(__name__)
 
@@ -197,7 +197,7 @@ class ChunkedBackward:
         rows answer several prompts or the shared prompt forward is off."""
         if self.shared_prompt is None or int(inputs["prompt_ids"].shape[0]) < 2:
             return None
-        from arc_pipeline.training.shared_prompt import prompt_groups
+        from arc_pipeline.training.speed.shared_prompt import prompt_groups
 
         if len(prompt_groups(inputs["prompt_ids"], inputs["prompt_mask"])) != 1:
             return None

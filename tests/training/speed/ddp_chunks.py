@@ -14,9 +14,9 @@ from types import SimpleNamespace
 import torch
 import torch.distributed as dist
 
-from arc_pipeline.training.chunked_backward import ChunkedBackward
-from arc_pipeline.training.prompt_attention import bottom_right_attention_holds, use_shared_prompt_attention
-from arc_pipeline.training.shared_prompt import SharedPromptForward
+from arc_pipeline.training.speed.chunked_backward import ChunkedBackward
+from arc_pipeline.training.speed.prompt_attention import bottom_right_attention_holds, use_shared_prompt_attention
+from arc_pipeline.training.speed.shared_prompt import SharedPromptForward
 
 ROWS, PROMPT, COMPLETION, VOCABULARY = 4, 3, 6, 20
 

@@ -1,4 +1,4 @@
-"""Generation overlapped with training (arc_pipeline/training/overlap.py), in TRL's real GRPOTrainer.
+"""Generation overlapped with training (arc_pipeline/training/processes/overlap.py), in TRL's real GRPOTrainer.
 
 vLLM's server mode cannot run on a CPU (its weight sync is NCCL), so the server here is a stand-in that
 answers TRL's client call with deterministic completions after a delay, and records when and with which
@@ -19,7 +19,7 @@ from test_grpo import cpu_config
 from training_helpers import grpo_trainer, refinement_rows
 
 from arc_pipeline.training.config import TrainConfig
-from arc_pipeline.training.overlap import OverlappedGeneration
+from arc_pipeline.training.processes.overlap import OverlappedGeneration
 
 SERVER_SECONDS = 0.6  # long beside a tiny model's step, so that a request running beside training shows
 
@@ -208,7 +208,7 @@ def test_two_steps_per_request_are_sent_every_second_step_two_steps_ahead(tiny_m
 def test_the_correction_from_the_loss_forward_is_trls_without_its_extra_forward(tiny_model, tmp_path):
     import torch
 
-    from arc_pipeline.training.correction import CorrectionFromLossForward
+    from arc_pipeline.training.speed.correction import CorrectionFromLossForward
 
     dataset = distinct_prompts_dataset(tiny_model, tmp_path / "refine.parquet", 8)
     results = {}
@@ -311,7 +311,7 @@ def test_each_rank_keeps_its_own_rows_of_every_step_a_request_holds():
     _launch_next sends the prompts in); rank 1 must keep its own rows of each step, in step order."""
     from types import SimpleNamespace
 
-    from arc_pipeline.training.overlap import _Request, request_prompts
+    from arc_pipeline.training.processes.overlap import _Request, request_prompts
 
     n = 2  # completions per prompt
     prompts = {(block, rank): [[block, rank, i] for i in range(2)] for block in range(2) for rank in range(2)}
@@ -348,7 +348,7 @@ def test_a_group_split_over_two_ranks_is_asked_for_once_and_each_rank_keeps_its_
     first step's second copy."""
     from types import SimpleNamespace
 
-    from arc_pipeline.training.overlap import _Request, request_prompts
+    from arc_pipeline.training.processes.overlap import _Request, request_prompts
 
     n = 4
     step_prompts = [[100 + block] for block in range(2)]

@@ -1,4 +1,5 @@
-"""A train process that samples with transformers imports TRL without vLLM (arc_pipeline/training/trl_imports.py)."""
+"""A train process that samples with transformers imports TRL without vLLM
+(arc_pipeline/training/processes/trl_imports.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import sys
 def test_grpo_trainer_imports_without_vllm() -> None:
     probe = (
         "import sys\n"
-        "from arc_pipeline.training.trl_imports import import_trl_without_vllm\n"
+        "from arc_pipeline.training.processes.trl_imports import import_trl_without_vllm\n"
         "assert import_trl_without_vllm()\n"
         "from trl import GRPOConfig, GRPOTrainer\n"
         "import arc_pipeline.training.grpo, arc_pipeline.training.trainer_args\n"
