@@ -57,8 +57,8 @@ def test_no_module_is_longer_than_a_few_screens() -> None:
     assert {name: n for name, n in long.items() if n > MAX_LINES and name not in LONG_BY_DESIGN} == {}
 
 
-def test_no_import_loop() -> None:
-    graph = {name: imports(name) for name in MODULES}
+def import_loops(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every loop of the import graph found by a depth-first walk (each as the modules around it)."""
     loops = []
 
     def visit(name: str, trail: list[str], done: set[str]) -> None:
@@ -67,14 +67,18 @@ def test_no_import_loop() -> None:
             return
         if name in done:
             return
-        for target in sorted(graph[name]):
+        for target in sorted(graph.get(name, ())):
             visit(target, [*trail, name], done)
         done.add(name)
 
     done: set[str] = set()
     for name in sorted(graph):
         visit(name, [], done)
-    assert loops == []
+    return loops
+
+
+def test_no_import_loop() -> None:
+    assert import_loops({name: imports(name) for name in MODULES}) == []
 
 
 @pytest.mark.parametrize("layer", sorted(LOWER_LAYERS))
@@ -149,3 +153,25 @@ def test_the_direction_check_catches_a_stage_import_from_the_speed_machinery() -
         f"{TRAINING}.processes.ports": [f"{TRAINING}.speed.correction"],
         f"{TRAINING}.grpo": [f"{TRAINING}.sft.trainer"],
     }
+
+
+BENCHMARKS = PACKAGE.parent / "benchmarks"
+
+
+def benchmark_imports(path: Path) -> set[str]:
+    """The sibling scripts a benchmark imports (``from gpu_bench_inputs import ...``: its folder is on sys.path)."""
+    siblings = {script.stem for script in BENCHMARKS.glob("*.py")}
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        names = [alias.name for alias in node.names] if isinstance(node, ast.Import) else []
+        if isinstance(node, ast.ImportFrom) and not node.level:
+            names = [node.module or ""]
+        found |= {name.split(".")[0] for name in names} & siblings
+    return found - {path.stem}
+
+
+def test_no_import_loop_among_the_benchmarks() -> None:
+    graph = {script.stem: benchmark_imports(script) for script in BENCHMARKS.glob("*.py")}
+    assert graph["gpu_grpo"] == {"gpu_bench_inputs"} and graph["gpu_server"] == {"gpu_bench_inputs"}
+    assert import_loops(graph) == []
+    assert import_loops({**graph, "gpu_bench_inputs": {"gpu_grpo"}}) != []  # the check sees a loop
