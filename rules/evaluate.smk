@@ -61,6 +61,13 @@ def lora_option(wildcards, input):
     return f"--adapter {input.adapter}" if input.adapter else ""
 
 
+def evaluate_slice():
+    """The evaluate section as the evaluate stage reads it: without `search`, which only rules/search.smk's rules
+    read, so that a changed search reruns the search and not the one-round tables."""
+    value = {key: value for key, value in config["evaluate"].items() if key != "search"}
+    return shlex.quote(json.dumps(value, sort_keys=True))
+
+
 def evaluation_execution():
     """`execute` with the evaluation's own settings (`evaluate.execute`) merged over it."""
     own = {key: value for key, value in config["evaluate"]["execute"].items() if value is not None}
@@ -292,7 +299,7 @@ rule evaluate:
     benchmark:
         benchmark_path("evaluate")
     params:
-        cfg=config_slice("evaluate"),
+        cfg=evaluate_slice(),
         refiners=" ".join(REFINERS),
         adapters=adapters_option(),
         rules=evaluation_execution()["rules"],
