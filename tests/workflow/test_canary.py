@@ -135,14 +135,31 @@ def test_a_new_round_plans_only_its_own_jobs(canary: Workflow) -> None:
         "all",
     }
 
-    predictions = canary.path("evaluate/search/rl/1+1+1/predictions.parquet")
-    kept = predictions.with_name("kept.parquet")
-    predictions.rename(kept)
+    # interrupted in the RL-refiner's round 2: its prompts written, its inference killed, nothing after it
+    gone = [
+        canary.path(relative)
+        for relative in (
+            "evaluate/search/rl/1+1+1/predictions.parquet",
+            *(f"evaluate/search/rl/1+1+1/{name}" for name in ("executions.parquet", "metrics.parquet", "metrics.md")),
+            *(f"evaluate/search/rl/1+1+1/{name}" for name in ("errors.parquet", "errors.md")),
+            *(f"evaluate/report/search{suffix}" for suffix in (".md", ".html", ".parquet", "_tasks.parquet", ".png")),
+            *(f"canary/{name}" for name in ("verdict.json", "verdict.md", "canary.png")),
+        )
+    ]
+    aside = canary.workdir / "interrupted"
+    aside.mkdir()
+    for index, path in enumerate(gone):
+        path.rename(aside / str(index))
     try:
         planned = canary.planned_jobs()
     finally:
-        kept.rename(predictions)
-    assert planned.get("search_inference") == 1 and planned.get("search_execute") == 1
+        for index, path in enumerate(gone):
+            (aside / str(index)).rename(path)
+    assert {rule: planned.get(rule) for rule in ("search_prompts", "search_inference", "search_execute")} == {
+        "search_prompts": None,
+        "search_inference": 1,
+        "search_execute": 1,
+    }
     assert set(planned) <= {"search_inference", "search_execute", "search", "canary", "benchmark_summary", "all"}
 
 
