@@ -14,7 +14,8 @@ process (its own CUDA context and colocated vLLM engine), on the same model and 
   0.02) less its ``backward_chunk_tokens: 2100`` (the variant ``chunked-2k``), then each lever on top.
 
 Per variant it prints the mean over the steps after the first (which holds the engine's warm-up) of each
-phase (arc_pipeline/training/phases.py), tokens per step, model TFLOP/s and peak memory:
+phase (arc_pipeline/training/phases.py), tokens per step, model TFLOP/s and their share of the GPUs' dense bf16
+peak (benchmarks/gpu_peaks.py: model FLOP utilisation of the training passes and of the whole step), and peak memory:
 
     python benchmarks/gpu_grpo.py --work /tmp/grpo-bench --variants baseline,sleep-0.5 --steps 4
 
@@ -46,6 +47,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # gpu_bench_inputs beside this file
 
 from gpu_bench_inputs import build_inputs
+from gpu_peaks import utilisation_percent
 
 # The preset's train section with the benchmark's own changes: every completion is full length and stays in the
 # loss, no checkpoints, no tracker.
@@ -240,11 +242,14 @@ def run_variant(work: Path, name: str, steps: int) -> None:
             out / "checkpoints",
             callbacks=callbacks,
         )
+    import torch
+
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     summary = {
         "seconds": time.perf_counter() - started,
         "config": config.model_dump(mode="json"),
         "gpus": visible.split(",") if visible else None,
+        "device_name": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
 
@@ -392,6 +397,12 @@ def summarize(work: Path, name: str, prompt_tokens: float) -> dict[str, Any] | N
         (train_flop + reference_flop) / (mean("time/train") + mean("time/logprobs")) / 1e12
     )
     row["model TFLOP/s (step)"] = (train_flop + reference_flop) / mean("time/step") / 1e12
+    # utilisation of the GPUs that train (the ranks; a server's GPUs only generate)
+    training_gpus = config.get("training_processes") or 1
+    for span in ("train+logprobs", "step"):
+        row[f"MFU, {span} (% of bf16 peak)"] = utilisation_percent(
+            row[f"model TFLOP/s ({span})"], summary.get("device_name"), training_gpus
+        )
     row["peak allocated (GiB)"] = (
         float(measured["memory/peak_allocated_gib"].max())
         if "memory/peak_allocated_gib" in measured.columns
