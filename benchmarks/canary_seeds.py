@@ -127,18 +127,19 @@ def main() -> None:
         verdict = json.loads(verdict_path.read_text())
         rows.append({"seed": seed, "status": status, "seconds": seconds, **verdict})
     print(
-        "| seed | reward first 20% | last 20% | ratio | base refines | RL-refiner | gain [95% CI] "
+        "| seed | reward first 20% | after it | ratio | last 20% | base refines | RL-refiner | gain [95% CI] "
         "| SFT-refiner | SFT gain [95% CI] | SFT+RL-refiner | SFT+RL - RL [95% CI] | search: RL - base [95% CI] "
         "| verdict | run (s) |"
     )
-    print("|---:|---:|---:|---:|---:|---:|---|---:|---|---:|---|---|---|---:|")
+    print("|---:|---:|---:|---:|---:|---:|---:|---|---:|---|---:|---|---|---|---:|")
     for row in rows:
         if "passed" not in row:
-            print(f"| {row['seed']} | run failed (exit {row['status']}) |" + " |" * 11 + f" {row['seconds']:.0f} |")
+            print(f"| {row['seed']} | run failed (exit {row['status']}) |" + " |" * 12 + f" {row['seconds']:.0f} |")
             continue
         share = partial(run_share, row["is_correct"])
         print(
-            f"| {row['seed']} | {row['reward_first']:.2f} | {row['reward_last']:.2f} | {row['reward_ratio']:.2f}x "
+            f"| {row['seed']} | {row['reward_first']:.2f} | {row.get('reward_later', float('nan')):.2f} "
+            f"| {row['reward_ratio']:.2f}x | {row['reward_last']:.2f} "
             f"| {share('refine_base')} | {share('refine_rl')} | {points(row['gain'])} "
             f"| {share('refine_sft')} | {points(row.get('sft_gain'))} "
             f"| {share('refine_sft_rl')} | {points(row.get('sft_rl_vs_rl'))} "

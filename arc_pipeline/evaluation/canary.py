@@ -3,8 +3,9 @@ base refines on held-out tasks (in one round, and with evaluate.search over the 
 
 Two numbers decide, each against a threshold of ``canary`` (arc_pipeline/stages/canary.py):
 
-* the training reward: the mean of the ARC reward over the last ``window`` share of logged steps, divided
-  by its mean over the first ``window`` share;
+* the training reward: the mean of the ARC reward over the logged steps after the first ``window`` share,
+  divided by its mean over that first share (and, against a collapse at the end, the last ``window`` share's
+  mean must not fall below the first's);
 * the held-out gain: the RL-refiner's ``is_correct`` minus base refines', averaged over the evaluation
   tasks, with a paired bootstrap over tasks for its 95% interval.
 
@@ -40,20 +41,37 @@ DIFFERENCES = {
 }
 
 
+def _ratio(mean: float, first: float) -> float:
+    if first <= 0:
+        return math.inf if mean > 0 else math.nan
+    return mean / first
+
+
 @dataclass(frozen=True)
 class RewardWindows:
-    """Mean reward over the first and last ``window`` share of the logged steps."""
+    """Mean reward over the first ``window`` share of the logged steps, over every step after it (``later``) and
+    over the last ``window`` share.
+
+    The check reads ``later`` over ``first``: one task per step makes a short window's mean a count of which tasks
+    it drew (a policy that has settled on one program scores 10 or 1 by the task alone), and ``later`` averages
+    four times as many steps. The last window guards the end: a policy that learned, then collapsed, ends below
+    where it began (measured: benchmarks/README.md, the pinned stack's GPU canary)."""
 
     steps: int
     window: float
     first: float
+    later: float
     last: float
 
     @property
     def ratio(self) -> float:
-        if self.first <= 0:
-            return math.inf if self.last > 0 else math.nan
-        return self.last / self.first
+        """The steps after the first window over the first window."""
+        return _ratio(self.later, self.first)
+
+    @property
+    def last_ratio(self) -> float:
+        """The last window over the first."""
+        return _ratio(self.last, self.first)
 
 
 def reward_curve(metrics: pl.DataFrame, metric: str) -> pl.DataFrame:
@@ -73,7 +91,11 @@ def reward_windows(metrics: pl.DataFrame, metric: str, window: float) -> RewardW
         )
     values = curve["value"].to_numpy()
     return RewardWindows(
-        steps=curve.height, window=window, first=float(values[:size].mean()), last=float(values[-size:].mean())
+        steps=curve.height,
+        window=window,
+        first=float(values[:size].mean()),
+        later=float(values[size:].mean()),
+        last=float(values[-size:].mean()),
     )
 
 
@@ -105,8 +127,10 @@ def bootstrap_means(
 class Verdict:
     passed: bool
     reward_first: float
+    reward_later: float
     reward_last: float
-    reward_ratio: float
+    reward_ratio: float  # later / first
+    reward_last_ratio: float  # last / first
     reward_steps: int
     window: float
     heldout_tasks: int
@@ -115,6 +139,7 @@ class Verdict:
     min_reward_ratio: float
     min_is_correct_gain: float
     reasons: list[str]
+    min_last_window_ratio: float = 1.0
     sft_gain: dict[str, float] | None = None  # SFT-refiner - base refines, with sft.enabled
     min_sft_gain: float | None = None
     sft_rl_vs_rl: dict[str, float] | None = None  # SFT+RL-refiner - RL-refiner: reported, decides nothing
@@ -134,14 +159,20 @@ def decide(
     min_sft_gain: float | None = None,
     search: list[SearchCheck] | None = None,
     min_search_gain: float | None = None,
+    min_last_window_ratio: float = 1.0,
 ) -> Verdict:
     """Pass when every threshold is met (the SFT gain's only when the SFT refiner was evaluated, the search's
     only with the search); ``reasons`` names each one missed."""
     reasons = []
     if not windows.ratio >= min_reward_ratio:
         reasons.append(
-            f"training reward rose {windows.ratio:.2f}x (first {windows.first:.3f}, last {windows.last:.3f}), "
-            f"below {min_reward_ratio}x"
+            f"training reward rose {windows.ratio:.2f}x (first {windows.window:.0%} {windows.first:.3f}, the steps "
+            f"after it {windows.later:.3f}), below {min_reward_ratio}x"
+        )
+    if not windows.last_ratio >= min_last_window_ratio:
+        reasons.append(
+            f"training reward ended at {windows.last_ratio:.2f}x its start (last {windows.window:.0%} "
+            f"{windows.last:.3f}, first {windows.first:.3f}), below {min_last_window_ratio}x: the policy collapsed"
         )
     gain = estimates["gain"]
     if not gain.mean >= min_is_correct_gain:
@@ -161,8 +192,10 @@ def decide(
     return Verdict(
         passed=not reasons,
         reward_first=windows.first,
+        reward_later=windows.later,
         reward_last=windows.last,
         reward_ratio=windows.ratio,
+        reward_last_ratio=windows.last_ratio,
         reward_steps=windows.steps,
         window=windows.window,
         heldout_tasks=heldout_tasks,
@@ -171,6 +204,7 @@ def decide(
         min_reward_ratio=min_reward_ratio,
         min_is_correct_gain=min_is_correct_gain,
         reasons=reasons,
+        min_last_window_ratio=min_last_window_ratio,
         sft_gain=None if sft_gain is None else asdict(sft_gain),
         min_sft_gain=None if sft_gain is None else min_sft_gain,
         sft_rl_vs_rl=None if sft_rl_vs_rl is None else asdict(sft_rl_vs_rl),
@@ -207,8 +241,10 @@ def verdict_markdown(verdict: Verdict, metric: str) -> str:
         "",
         (
             f"Training reward (`{metric}`) over {verdict.reward_steps} logged steps: first {verdict.window:.0%} "
-            f"{verdict.reward_first:.3f}, last {verdict.window:.0%} {verdict.reward_last:.3f}, ratio "
-            f"**{verdict.reward_ratio:.2f}x** (needs {verdict.min_reward_ratio}x)."
+            f"{verdict.reward_first:.3f}, the steps after it {verdict.reward_later:.3f}, ratio "
+            f"**{verdict.reward_ratio:.2f}x** (needs {verdict.min_reward_ratio}x); last {verdict.window:.0%} "
+            f"{verdict.reward_last:.3f}, {verdict.reward_last_ratio:.2f}x the first (needs "
+            f"{verdict.min_last_window_ratio}x: no collapse at the end)."
         ),
         "",
         f"Held-out `is_correct` over {verdict.heldout_tasks} tasks (mean [95% paired bootstrap interval]):",
@@ -246,6 +282,7 @@ def plot_canary(curve: pl.DataFrame, verdict: Verdict, path) -> None:
     for part, mean in ((steps[:size], verdict.reward_first), (steps[-size:], verdict.reward_last)):
         left.axvspan(part[0], part[-1], alpha=0.15)
         left.hlines(mean, part[0], part[-1], colors="black", linestyles="dashed")
+    left.hlines(verdict.reward_later, steps[size], steps[-1], colors="tab:red", linestyles="dotted")
     left.set(xlabel="optimizer step", ylabel="mean ARC reward", title=f"training reward ({verdict.reward_ratio:.2f}x)")
     runs = list(verdict.is_correct)
     means = [verdict.is_correct[run]["mean"] * 100 for run in runs]

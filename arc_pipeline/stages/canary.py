@@ -31,7 +31,16 @@ class CanaryConfig(BaseModel):
 
     enabled: bool = Field(False, description="add the canary's verdict to the run (config/canary.yaml sets it)")
     min_reward_ratio: float = Field(
-        1.5, gt=0, description="the last window's mean training reward over the first window's must reach this"
+        1.5,
+        gt=0,
+        description="the mean training reward of the steps after the first window over the first window's must "
+        "reach this",
+    )
+    min_last_window_ratio: float = Field(
+        1.0,
+        ge=0,
+        description="the last window's mean training reward over the first window's must reach this (a policy "
+        "that collapsed at the end falls below where it began)",
     )
     min_is_correct_gain: float = Field(
         0.15, description="RL-refiner minus base refines held-out is_correct (a share) must reach this"
@@ -102,6 +111,7 @@ def run(args: argparse.Namespace) -> int:
         config.min_sft_gain,
         search,
         config.min_search_gain,
+        config.min_last_window_ratio,
     )
     output = args.output_dir
     write_text(json.dumps(verdict.to_json(), indent=2) + "\n", output / "verdict.json")

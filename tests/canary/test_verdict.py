@@ -27,10 +27,28 @@ def tasks(per_run: dict[str, list[float]]) -> pl.DataFrame:
     )
 
 
-def test_windows_are_the_first_and_last_fifth_of_the_logged_steps() -> None:
+def test_windows_are_the_first_fifth_the_steps_after_it_and_the_last_fifth() -> None:
     windows = reward_windows(metrics([1.0, 2.0, 3, 3, 3, 3, 3, 3, 8.0, 10.0]), METRIC, 0.2)
-    assert (windows.steps, windows.first, windows.last) == (10, 1.5, 9.0)
-    assert windows.ratio == pytest.approx(6.0)
+    assert (windows.steps, windows.first, windows.later, windows.last) == (10, 1.5, 4.5, 9.0)
+    assert (windows.ratio, windows.last_ratio) == (pytest.approx(3.0), pytest.approx(6.0))
+
+
+def test_a_policy_that_learned_early_passes_whatever_tasks_its_last_window_drew_and_a_collapse_fails() -> None:
+    """One task per step: a settled policy scores 10 or 1 by the task alone, so a last window that drew the tasks
+    its program cannot solve reads low (the pinned stack's GPU canary: 1.49x); the steps after the first window
+    decide, and the last window only has to stay above the first (a policy that collapsed does not)."""
+    estimates = bootstrap_means(
+        tasks({"refine_base": [0, 0, 1, 0], "refine_rl": [1, 1, 1, 0]}), ["refine_base", "refine_rl"], 100, 0
+    )
+    unlucky_end = reward_windows(metrics([2.0, 4.0, 10, 10, 10, 10, 10, 10, 1.0, 7.0]), METRIC, 0.2)
+    assert unlucky_end.last_ratio < 1.5 <= unlucky_end.ratio
+    assert decide(unlucky_end, estimates, 4, 1.5, 0.15).passed
+    collapsed = reward_windows(metrics([2.0, 4.0, 10, 10, 10, 10, 10, 10, 0.0, 0.0]), METRIC, 0.2)
+    verdict = decide(collapsed, estimates, 4, 1.5, 0.15)
+    assert collapsed.ratio >= 1.5 and not verdict.passed
+    assert verdict.reasons == [
+        "training reward ended at 0.00x its start (last 20% 0.000, first 3.000), below 1.0x: the policy collapsed"
+    ]
 
 
 def test_too_few_steps_for_two_windows_is_an_error_naming_the_metric() -> None:
