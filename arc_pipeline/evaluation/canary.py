@@ -54,8 +54,9 @@ class RewardWindows:
 
     The check reads ``later`` over ``first``: one task per step makes a short window's mean a count of which tasks
     it drew (a policy that has settled on one program scores 10 or 1 by the task alone), and ``later`` averages
-    four times as many steps. The last window guards the end: a policy that learned, then collapsed, ends below
-    where it began (measured: benchmarks/README.md, the pinned stack's GPU canary)."""
+    the rest of the run (four times the window's steps at the default 20%). The last window guards the end: a
+    policy that learned, then collapsed, ends below where it began (measured: benchmarks/README.md, the pinned
+    stack's GPU canary)."""
 
     steps: int
     window: float
