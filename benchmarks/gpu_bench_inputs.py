@@ -15,6 +15,26 @@ from pathlib import Path
 from typing import Any
 
 
+def identity_refinement_example(task: Any, tokenizer: Any, program: str) -> dict[str, Any]:
+    """``task``'s refinement prompt (REFINEMENT_SCHEMA row) after ``program``, an answer that returns its input:
+    valid outputs, no train grid right. The GPU benchmarks train on such prompts of random tasks."""
+    from arc_pipeline.refinement import refinement_example
+
+    row = {
+        "prediction_id": f"{task.task_id}/p",
+        "task_id": task.task_id,
+        "hflip": False,
+        "rot90_k": 0,
+        "color_map": list(range(10)),
+        "test_index": 0,
+        "text": program,
+        "train_outputs": [grid.tolist() for grid in task.train_inputs],
+        "train_correct_grids": 0.0,
+        "train_pixel_score": 0.1,
+    }
+    return refinement_example(task, row, tokenizer)
+
+
 def build_inputs(work: Path, grid_side: int, rows: int) -> dict[str, Any]:
     """The random 8B model (no warm-up) and at least ``rows`` refinement prompts, once per work folder (again when
     an earlier call built fewer: a run that outlasts its prompts starts a second epoch, whose first step
@@ -28,7 +48,6 @@ def build_inputs(work: Path, grid_side: int, rows: int) -> dict[str, Any]:
     from arc_pipeline.domain.tasks import Pair, Task
     from arc_pipeline.io import write_table
     from arc_pipeline.models.folder import load_tokenizer
-    from arc_pipeline.refinement import refinement_example
     from arc_pipeline.schemas import REFINEMENT_SCHEMA, TASKS_SCHEMA
 
     rng = np.random.default_rng(0)
@@ -51,21 +70,8 @@ def build_inputs(work: Path, grid_side: int, rows: int) -> dict[str, Any]:
         stage = ["model", "--tasks", str(work / "tasks.parquet"), "--output", str(model_dir), "--config-json", config]
         subprocess.run([sys.executable, "-m", "arc_pipeline.cli", *stage], check=True)
     tokenizer = load_tokenizer(model_dir)
-    examples = []
-    for task in tasks:
-        row = {
-            "prediction_id": f"{task.task_id}/p",
-            "task_id": task.task_id,
-            "hflip": False,
-            "rot90_k": 0,
-            "color_map": list(range(10)),
-            "test_index": 0,
-            "text": "```python\nfrom common import *\n\ndef transform(input_grid):\n    return input_grid\n```",
-            "train_outputs": [g.tolist() for g in task.train_inputs],
-            "train_correct_grids": 0.0,
-            "train_pixel_score": 0.1,
-        }
-        examples.append(refinement_example(task, row, tokenizer))
+    program = "```python\nfrom common import *\n\ndef transform(input_grid):\n    return input_grid\n```"
+    examples = [identity_refinement_example(task, tokenizer, program) for task in tasks]
     write_table(examples, work / "refinement.parquet", REFINEMENT_SCHEMA)
     inputs = {
         "model": str(model_dir),

@@ -17,9 +17,14 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import sys
 import tempfile
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # gpu_bench_inputs beside this file
+
+from gpu_bench_inputs import identity_refinement_example
 
 
 def build_model(tokenizer_dir: Path, output: Path, hidden: int, layers: int, intermediate: int) -> int:
@@ -63,10 +68,10 @@ def build_dataset(model_dir: Path, path: Path, n_rows: int, side: int, seed: int
     from arc_pipeline.domain.tasks import Pair, Task
     from arc_pipeline.io import write_table
     from arc_pipeline.models.folder import load_tokenizer
-    from arc_pipeline.refinement import refinement_example
     from arc_pipeline.schemas import REFINEMENT_SCHEMA
 
     tokenizer = load_tokenizer(model_dir)
+    program = "```python\ndef transform(input_grid):\n    return input_grid\n```"
     rng = np.random.default_rng(seed)
     rows = []
     for index in range(n_rows):
@@ -75,19 +80,7 @@ def build_dataset(model_dir: Path, path: Path, n_rows: int, side: int, seed: int
             return rng.integers(0, 10, size=(side, side)).astype(np.int8)
 
         task = Task(f"bench{index}", tuple(Pair(g(), g()) for _ in range(3)), (Pair(g(), g()),), "bench")
-        row = {
-            "prediction_id": f"bench{index}/p",
-            "task_id": task.task_id,
-            "hflip": False,
-            "rot90_k": 0,
-            "color_map": list(range(10)),
-            "test_index": 0,
-            "text": "```python\ndef transform(input_grid):\n    return input_grid\n```",
-            "train_outputs": [grid.tolist() for grid in task.train_inputs],
-            "train_correct_grids": 0.0,
-            "train_pixel_score": 0.1,
-        }
-        rows.append(refinement_example(task, row, tokenizer))
+        rows.append(identity_refinement_example(task, tokenizer, program))
     write_table(rows, path, REFINEMENT_SCHEMA)
     return int(sum(r["prompt_tokens"] for r in rows) / len(rows))
 

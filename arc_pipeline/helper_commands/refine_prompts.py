@@ -62,10 +62,16 @@ class RefinePromptsConfig(BaseModel):
         return limit
 
 
-def configure(parser: argparse.ArgumentParser) -> None:
+def add_baseline_arguments(parser: argparse.ArgumentParser) -> None:
+    """The evaluation's tasks and its baseline's predictions and executions, which refinement prompts start from
+    (here and in search-prompts)."""
     parser.add_argument("--tasks", type=Path, required=True, help="evaluation tasks parquet (TASKS_SCHEMA)")
     parser.add_argument("--predictions", type=Path, required=True, help="baseline predictions parquet")
     parser.add_argument("--executions", type=Path, required=True, help="baseline executions parquet")
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    add_baseline_arguments(parser)
     parser.add_argument("--model", type=Path, required=True, help="model folder (its tokenizer renders the prompts)")
     parser.add_argument(
         "--first-predictions",

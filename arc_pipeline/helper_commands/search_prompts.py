@@ -24,7 +24,7 @@ from arc_pipeline.config.slices import add_config_argument, parse_config
 from arc_pipeline.domain.tasks import Task
 from arc_pipeline.errors import PipelineError
 from arc_pipeline.evaluation.runs import first_half
-from arc_pipeline.helper_commands.refine_prompts import RefinePromptsConfig, render_prompts
+from arc_pipeline.helper_commands.refine_prompts import RefinePromptsConfig, add_baseline_arguments, render_prompts
 from arc_pipeline.io import InputFileError, read_frame, write_table
 from arc_pipeline.refinement import attach_predictions, select_for_evaluation, select_random
 from arc_pipeline.schemas import EXECUTIONS_SCHEMA, PREDICTIONS_SCHEMA, REFINEMENT_SCHEMA
@@ -44,9 +44,7 @@ class SearchPromptsConfig(RefinePromptsConfig):
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--tasks", type=Path, required=True, help="evaluation tasks parquet (TASKS_SCHEMA)")
-    parser.add_argument("--predictions", type=Path, required=True, help="baseline predictions parquet")
-    parser.add_argument("--executions", type=Path, required=True, help="baseline executions parquet")
+    add_baseline_arguments(parser)
     parser.add_argument("--initial", type=int, required=True, help="independent predictions per task it starts from")
     parser.add_argument(
         "--earlier-predictions",
