@@ -51,18 +51,26 @@ def select_for_training(executions: pl.DataFrame) -> pl.DataFrame:
     return wrong_predictions(executions).unique(subset=["task_id"], keep="first", maintain_order=True)
 
 
-def select_for_evaluation(executions: pl.DataFrame, k: int = 8) -> pl.DataFrame:
+def select_for_evaluation(
+    executions: pl.DataFrame, k: int = 8, refined_before: pl.Series | None = None
+) -> pl.DataFrame:
     """``k`` execution rows per task, cycling through its wrong predictions with distinct outputs.
 
     Within a task the sorted wrong predictions are deduplicated by ``fingerprint`` (the best one of
     each fingerprint is kept), then prompt ``j`` (column ``refinement_index``, 0..k-1) refines the
     ``j mod n``-th of the ``n`` survivors. Tasks without a wrong valid prediction are absent.
+    ``refined_before`` (prediction ids; the search's ``parents: best_unrefined``) moves those survivors
+    behind the others, each group still best first.
     """
     if k < 1:
         raise ValueError(f"k must be at least 1, got {k}")
     distinct = wrong_predictions(executions).unique(
         subset=["task_id", "fingerprint"], keep="first", maintain_order=True
     )
+    if refined_before is not None:
+        distinct = distinct.sort(
+            "task_id", pl.col("prediction_id").is_in(refined_before.implode()), maintain_order=True
+        )
     ranked = distinct.with_columns(pl.int_range(pl.len()).over("task_id").alias("_rank"))
     counts = ranked.group_by("task_id", maintain_order=True).agg(pl.len().alias("_n"))
     slots = counts.with_columns(pl.lit(list(range(k))).alias("refinement_index")).explode("refinement_index")

@@ -7,7 +7,9 @@ and the refiner's own refinements of rounds 1..r-1 (``--earlier-executions``). T
 (:func:`arc_pipeline.refinement.select_for_evaluation`: valid outputs, not right on every train pair, distinct
 outputs, best train score first, cycled to ``refinement_prompts`` per task), and each prompt holds one earlier
 program with its execution feedback, in the frame that program was written in: the format the refiner was trained
-on. The mutation settings (``parents: random``, ``feedback: false``) exist for the canary, which must notice them.
+on. ``parents: best_unrefined`` puts the programs an earlier round refined behind the others, so that a round
+sends a prompt again only when nothing new is left to refine. The mutation settings (``parents: random``,
+``feedback: false``) exist for the canary, which must notice them.
 """
 
 from __future__ import annotations
@@ -38,7 +40,9 @@ class SearchPromptsConfig(RefinePromptsConfig):
     inference's context) plus the search's selection (``evaluate.search``) and the round."""
 
     round: int = Field(ge=1, description="the round these prompts start (1 = the first refinement round)")
-    parents: Literal["best_wrong", "random"] = Field("best_wrong", description="see evaluate.search.parents")
+    parents: Literal["best_wrong", "best_unrefined", "random"] = Field(
+        "best_wrong", description="see evaluate.search.parents"
+    )
     feedback: bool = Field(True, description="see evaluate.search.feedback")
     seed: int = Field(0, description="seed of the random parents")
 
@@ -78,11 +82,18 @@ def search_pool(
     return executions, predictions
 
 
-def select_parents(executions: pl.DataFrame, config: SearchPromptsConfig) -> pl.DataFrame:
+def select_parents(executions: pl.DataFrame, predictions: pl.DataFrame, config: SearchPromptsConfig) -> pl.DataFrame:
     """The execution rows this round refines, ``refinement_prompts`` per task (tasks without one are absent)."""
     if config.parents == "random":
         return select_random(executions, config.refinement_prompts, config.seed, config.round)
+    if config.parents == "best_unrefined":
+        return select_for_evaluation(executions, config.refinement_prompts, refined_before(predictions))
     return select_for_evaluation(executions, k=config.refinement_prompts)
+
+
+def refined_before(predictions: pl.DataFrame) -> pl.Series:
+    """The prediction ids an earlier round of this search refined (its predictions' parents)."""
+    return predictions["parent_prediction_id"].drop_nulls().unique()
 
 
 def build_round(
@@ -93,11 +104,26 @@ def build_round(
 ) -> tuple[list[dict], list[dict], dict[str, int]]:
     """The round's REFINEMENT_SCHEMA rows kept, those dropped as too long, and counts."""
     executions, predictions = pool
-    selected = attach_predictions(select_parents(executions, config), predictions)
+    selected = attach_predictions(select_parents(executions, predictions, config), predictions)
     kept, too_long, counts = render_prompts(
         tasks, selected, tokenizer, config.max_prompt_tokens(tokenizer), config.feedback
     )
-    return kept, too_long, {"round": config.round, "programs_so_far": executions.height, **counts}
+    return (
+        kept,
+        too_long,
+        {
+            "round": config.round,
+            "programs_so_far": executions.height,
+            **counts,
+            "parents_refined_before": parents_refined_before(selected, predictions),
+        },
+    )
+
+
+def parents_refined_before(selected: pl.DataFrame, predictions: pl.DataFrame) -> int:
+    """How many of the round's parents an earlier round of this search refined already: its prompt is that
+    round's prompt again, so a refiner that answers a prompt the same way every time adds nothing with it."""
+    return selected.filter(pl.col("prediction_id").is_in(refined_before(predictions).implode())).height
 
 
 def run(args: argparse.Namespace) -> int:

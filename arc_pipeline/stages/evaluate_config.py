@@ -63,11 +63,12 @@ class SearchConfig(BaseModel):
         default_factory=list,
         description="the refiners that search (base, rl, sft, sft_rl, extra adapters); empty = every evaluated one",
     )
-    parents: Literal["best_wrong", "random"] = Field(
+    parents: Literal["best_wrong", "best_unrefined", "random"] = Field(
         "best_wrong",
         description="which earlier programs a round refines: best_wrong (docs/scoring.md's selection over every "
-        "program the refiner has made so far), or random (any earlier program with code: a mutation the canary's "
-        "search check must fail)",
+        "program the refiner has made so far), best_unrefined (the same, with the programs an earlier round "
+        "refined put last: a round repeats an earlier prompt only when nothing new is left), or random (any "
+        "earlier program with code: a mutation the canary's search check must fail)",
     )
     feedback: bool = Field(
         True,
@@ -91,8 +92,9 @@ class SearchConfig(BaseModel):
 
     @property
     def mutated(self) -> bool:
-        """A mutation of the search is on (its rounds are never the one-round table's run)."""
-        return self.parents != "best_wrong" or not self.feedback
+        """A mutation of the search is on (its rounds are never the one-round table's run). best_unrefined is
+        not one: nothing is refined before round 1, so its round 1 is the one-round table's run."""
+        return self.parents == "random" or not self.feedback
 
 
 def schedule_name(schedule: list[int]) -> str:

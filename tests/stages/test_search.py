@@ -27,9 +27,10 @@ def tiny_model(tmp_path_factory) -> Path:
     )
 
 
-def round_one(folder: Path) -> dict[str, Path]:
+def round_one(folder: Path, b_refinement_train: tuple = (0.75, 0.5)) -> dict[str, Path]:
     """Round 1 of refiner rl: on B a wrong refinement better on train (0.75, 0.5) than B's initial answers
-    (0.25, 0.0); on A a timeout and a right answer, so A's best wrong program stays the initial a1."""
+    (0.25, 0.0), or as ``b_refinement_train`` says; on A a timeout and a right answer, so A's best wrong program
+    stays the initial a1."""
     predictions = data.prediction_frame(
         [data.prediction(t, 2, 0, s, parent=data.PARENTS[t]) for t in ("A", "B") for s in (0, 1)]
     )
@@ -37,7 +38,7 @@ def round_one(folder: Path) -> dict[str, Path]:
         [
             data.execution("A/t2/r0/s0", error="TimeoutException"),
             data.execution("A/t2/r0/s1", fp="ra1", train=(1.0, 1.0), test=(1.0, 1.0)),
-            data.execution("B/t2/r0/s0", fp="rb0", train=(0.75, 0.5), test=(0.0, 0.0)),
+            data.execution("B/t2/r0/s0", fp="rb0", train=b_refinement_train, test=(0.0, 0.0)),
             data.execution("B/t2/r0/s1", error="UnsafeCode"),
         ]
     )
@@ -76,7 +77,7 @@ def search_prompts(paths: dict, earlier: dict | None, model: Path, output: Path,
     return read_frame(output, REFINEMENT_SCHEMA)
 
 
-def test_a_round_refines_the_best_wrong_program_found_so_far(tiny_model, tmp_path):
+def test_a_round_refines_the_best_wrong_program_found_so_far(tiny_model, tmp_path, capfd):
     paths = data.write_inputs(tmp_path)
     first = search_prompts(paths, None, tiny_model, tmp_path / "p1.parquet", refinement_prompts=1)
     # round 1 is refine-prompts' own choice over the first half: each task's best wrong initial answer
@@ -89,6 +90,24 @@ def test_a_round_refines_the_best_wrong_program_found_so_far(tiny_model, tmp_pat
     assert chosen["B"]["previous_train_correct_grids"] == [0.5, 0.0]
     assert chosen["A"]["prediction_id"] == ["A/t1/r0/s0", "A/t1/r0/s0"]
     assert all(word in prompt for prompt in second["prompt"] for word in FEEDBACK_WORDS)
+    # round 1 refined a1 and b1 already: A's two prompts and B's second repeat round 1's prompts
+    [logged] = [line for line in capfd.readouterr().err.splitlines() if "search prompts: round 2" in line]
+    assert logged.endswith("parents_refined_before 3")
+
+
+def test_best_unrefined_refines_a_new_program_before_an_old_one_again(tiny_model, tmp_path, capfd):
+    """B's round-1 refinement is worse on train than its parent: best_wrong sends the parent's prompt again,
+    best_unrefined the refinement's; A made nothing new to refine, so both send its parent's prompt again."""
+    paths = data.write_inputs(tmp_path)
+    earlier = round_one(tmp_path, b_refinement_train=(0.2, 0.0))
+    again = search_prompts(paths, earlier, tiny_model, tmp_path / "again.parquet", refinement_prompts=1)
+    fresh = search_prompts(
+        paths, earlier, tiny_model, tmp_path / "fresh.parquet", refinement_prompts=1, parents="best_unrefined"
+    )
+    assert dict(zip(again["task_id"], again["prediction_id"])) == {"A": "A/t1/r0/s0", "B": "B/t1/r0/s0"}
+    assert dict(zip(fresh["task_id"], fresh["prediction_id"])) == {"A": "A/t1/r0/s0", "B": "B/t2/r0/s0"}
+    logged = [line for line in capfd.readouterr().err.splitlines() if "search prompts: round 2" in line]
+    assert [line.rsplit(" ", 1)[-1] for line in logged] == ["2", "1"]  # parents_refined_before
 
 
 def test_the_mutation_refines_random_programs_without_feedback(tiny_model, tmp_path):

@@ -135,6 +135,21 @@ def test_a_new_round_plans_only_its_own_jobs(canary: Workflow) -> None:
         "all",
     }
 
+    # another selection (parents: best_unrefined) keeps round 1, the one-round table's run, and redoes round 2
+    search = canary.config["evaluate"]["search"]
+    parents = search.get("parents", "best_wrong")
+    search["parents"] = "best_unrefined"
+    canary.write_config()
+    try:
+        planned = canary.planned_jobs()
+    finally:
+        search["parents"] = parents
+        canary.write_config()
+    assert {
+        rule: planned.get(rule) for rule in ("search_prompts", "search_inference", "search_execute")
+    } == dict.fromkeys(("search_prompts", "search_inference", "search_execute"), 2)
+    assert not {"evaluate_refine_prompts", "evaluate_refinement_inference", "evaluate"} & set(planned)
+
     # interrupted in the RL-refiner's round 2: its prompts written, its inference killed, nothing after it
     gone = [
         canary.path(relative)
