@@ -76,6 +76,8 @@ class Family:
 
 @dataclass(frozen=True)
 class CheckPower:
+    """One check against one kind of learned refiner, over many simulated evaluations."""
+
     name: str
     margin: float
     learned: float
@@ -165,6 +167,8 @@ def check_power(
     seed: int,
     later_rounds: str = "fresh",
 ) -> CheckPower:
+    """The check's expected gain for a refiner that answers the majority with probability ``learned``, and how
+    often it misses the margin, or a refiner that learned nothing reaches it, over ``draws`` evaluations."""
     rng = np.random.default_rng(seed)
     refiner = family.refiner_answers(learned)
     gains = draw_gains(family, check, refiner, draws, rng, later_rounds)
@@ -173,8 +177,6 @@ def check_power(
     expected = expected_is_correct(family, check.shared, own, refiner) - expected_is_correct(
         family, check.shared, check.own, family.base_answers
     )
-    # a margin is compared with a mean over tasks: round as the verdict's float does, not to the draw's noise
-    reached = gains >= check.margin - 1e-12
     return CheckPower(
         name=check.name,
         margin=check.margin,
@@ -182,9 +184,14 @@ def check_power(
         later_rounds=later_rounds,
         expected_gain=expected,
         gain_sd=float(gains.std()),
-        fail_if_learned=float((~reached).mean()),
-        pass_if_nothing=float((nothing >= check.margin - 1e-12).mean()),
+        fail_if_learned=float((~reaches(gains, check.margin)).mean()),
+        pass_if_nothing=float(reaches(nothing, check.margin).mean()),
     )
+
+
+def reaches(gains: np.ndarray, margin: float) -> np.ndarray:
+    """Which mean gains reach the margin: 15 tasks of 100 reach 0.15, though 15/100 may land a float below it."""
+    return gains >= margin - 1e-12
 
 
 def table(rows: list[CheckPower], tasks: int) -> str:
@@ -192,10 +199,7 @@ def table(rows: list[CheckPower], tasks: int) -> str:
         f"| check ({tasks} tasks) | margin | refiner answers the majority | later rounds | expected gain | sd | "
         "fails a refiner that learned | passes one that learned nothing |"
     )
-    lines = [
-        header,
-        "|---|---:|---:|---|---:|---:|---:|---:|",
-    ]
+    lines = [header, "|---|---:|---:|---|---:|---:|---:|---:|"]
     for row in rows:
         lines.append(
             f"| {row.name} | {row.margin * 100:+.0f} pts | {row.learned:.0%} | {row.later_rounds} | "

@@ -86,9 +86,8 @@ def select_parents(executions: pl.DataFrame, predictions: pl.DataFrame, config: 
     """The execution rows this round refines, ``refinement_prompts`` per task (tasks without one are absent)."""
     if config.parents == "random":
         return select_random(executions, config.refinement_prompts, config.seed, config.round)
-    if config.parents == "best_unrefined":
-        return select_for_evaluation(executions, config.refinement_prompts, refined_before(predictions))
-    return select_for_evaluation(executions, k=config.refinement_prompts)
+    last = refined_before(predictions) if config.parents == "best_unrefined" else None
+    return select_for_evaluation(executions, config.refinement_prompts, refined_before=last)
 
 
 def refined_before(predictions: pl.DataFrame) -> pl.Series:
@@ -108,16 +107,9 @@ def build_round(
     kept, too_long, counts = render_prompts(
         tasks, selected, tokenizer, config.max_prompt_tokens(tokenizer), config.feedback
     )
-    return (
-        kept,
-        too_long,
-        {
-            "round": config.round,
-            "programs_so_far": executions.height,
-            **counts,
-            "parents_refined_before": parents_refined_before(selected, predictions),
-        },
-    )
+    counts = {"round": config.round, "programs_so_far": executions.height, **counts}
+    counts["parents_refined_before"] = parents_refined_before(selected, predictions)
+    return kept, too_long, counts
 
 
 def parents_refined_before(selected: pl.DataFrame, predictions: pl.DataFrame) -> int:
