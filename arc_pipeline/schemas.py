@@ -319,6 +319,13 @@ SEARCH_POINT_FIELDS = [
     pa.field("round", pa.int64(), nullable=False),
     pa.field("predictions", pa.int64(), nullable=False),
 ]
+# What the point's last round added (all its predictions for a search's start; independent sampling: since the next
+# smaller budget): its predictions, and the distinct output fingerprints among them that no earlier prediction of
+# the task in that search gave. Per task in SEARCH_TASKS_SCHEMA, summed over tasks in SEARCH_SCHEMA.
+SEARCH_ROUND_FIELDS = [
+    pa.field("round_predictions", pa.int64(), nullable=False),
+    pa.field("new_outputs", pa.int64(), nullable=False),
+]
 # Per point and evaluation task (tasks with known test solutions).
 SEARCH_TASKS_SCHEMA = pa.schema(
     SEARCH_POINT_FIELDS
@@ -326,6 +333,7 @@ SEARCH_TASKS_SCHEMA = pa.schema(
         pa.field("task_id", pa.string(), nullable=False),
         pa.field("is_correct", pa.float64(), nullable=True),  # 1.0: some prediction right on train, some on test
         pa.field("kaggle_score", pa.float64(), nullable=True),  # share of test inputs with a right voted attempt
+        *SEARCH_ROUND_FIELDS,
     ]
 )
 # Per point: means over tasks, 95% paired bootstrap intervals, the gain over independent sampling at the same
@@ -340,5 +348,6 @@ SEARCH_SCHEMA = pa.schema(
         pa.field("gain_low", pa.float64(), nullable=True),
         pa.field("gain_high", pa.float64(), nullable=True),
         pa.field("kaggle_score", pa.float64(), nullable=True),  # mean over tasks; null if some solution is unknown
+        *SEARCH_ROUND_FIELDS,
     ]
 )

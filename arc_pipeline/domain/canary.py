@@ -102,7 +102,9 @@ def draw_input(rng: np.random.Generator, config: CanaryTasksConfig) -> Grid:
 
 
 def draw_program(rng: np.random.Generator, config: CanaryTasksConfig) -> CanaryProgram:
-    names = list(config.programs)
+    # by name, not by the mapping's order: a rule's config slice reaches the stage with sorted keys, and a preset
+    # read in-process (benchmarks/canary_power.py) must draw the same tasks
+    names = sorted(config.programs)
     weights = np.array([config.programs[name] for name in names], dtype=float)
     return CANARY_PROGRAMS[names[int(rng.choice(len(names), p=weights / weights.sum()))]]
 

@@ -21,7 +21,8 @@ CHECKED = ("rl", "base")  # the check: the first refiner's search minus the seco
 @dataclass(frozen=True)
 class SearchCheck:
     """One schedule at its full budget: is_correct per model, each search's gain over independent sampling, and
-    the RL-refiner's search minus base refines' (each a dict of mean, low, high)."""
+    the RL-refiner's search minus base refines' (each a dict of mean, low, high); per search, its last round's
+    new outputs and predictions (``new_outputs``: a refiner that repeats its round before adds none)."""
 
     schedule: str
     predictions: int
@@ -29,6 +30,7 @@ class SearchCheck:
     is_correct: dict[str, dict[str, float]]
     over_independent: dict[str, dict[str, float]]
     rl_over_base: dict[str, float]
+    new_outputs: dict[str, tuple[int, int]]
 
 
 def search_checks(per_task: pl.DataFrame, samples: int, seed: int) -> list[SearchCheck]:
@@ -62,9 +64,17 @@ def search_checks(per_task: pl.DataFrame, samples: int, seed: int) -> list[Searc
                 },
                 over_independent={refiner_label(name): estimates[f"{name}/gain"] for name in refiners},
                 rl_over_base=estimates["rl_over_base"],
+                new_outputs={
+                    f"{refiner_label(name)}, search": _explored(last.filter(pl.col("refiner") == name))
+                    for name in refiners
+                },
             )
         )
     return checks
+
+
+def _explored(frame: pl.DataFrame) -> tuple[int, int]:
+    return int(frame["new_outputs"].sum()), int(frame["round_predictions"].sum())
 
 
 def _per_task(frame: pl.DataFrame):
@@ -96,15 +106,26 @@ def search_markdown(checks: list[dict], min_gain: float | None) -> list[str]:
                 "per task), held-out `is_correct` at the full budget:"
             ),
             "",
-            "| model | is_correct | over independent sampling |",
-            "|---|---:|---:|",
+            "| model | is_correct | over independent sampling | new outputs in its last round |",
+            "|---|---:|---:|---:|",
         ]
         for model, estimate in check["is_correct"].items():
             over = check["over_independent"].get(model.removesuffix(", search"))
-            lines.append(f"| {model} | {interval(estimate)} | {'' if over is None else interval(over, ' pts')} |")
+            new, predictions = check.get("new_outputs", {}).get(model, (0, 0))
+            explored = f"{new} of {predictions}" if predictions else ""
+            lines.append(
+                f"| {model} | {interval(estimate)} | {'' if over is None else interval(over, ' pts')} | {explored} |"
+            )
         lines.append(
-            f"| **RL-refiner's search - base refines' search** | **{interval(check['rl_over_base'], ' pts')}** | |"
+            f"| **RL-refiner's search - base refines' search** | **{interval(check['rl_over_base'], ' pts')}** | | |"
         )
     if checks and min_gain is not None:
-        lines += ["", f"The search check needs at least {min_gain * 100:.0f} points at each schedule's full budget."]
+        lines += [
+            "",
+            (
+                f"The search check needs at least {min_gain * 100:.0f} points at each schedule's full budget. "
+                "New outputs: distinct outputs of the last round's predictions that no earlier prediction of the "
+                "task gave, of that round's predictions (search.md has every round)."
+            ),
+        ]
     return lines

@@ -7,6 +7,11 @@ predictions. Per point and task: ``is_correct`` (some prediction right on train 
 and the Kaggle score of two voted attempts (``kaggle_score``: the share of the task's test inputs with a right
 attempt). Means get paired bootstrap intervals over tasks, and each search point its gain over independent
 sampling at the same budget (the same resampled tasks).
+
+Whether a round explored is counted too: per point and task, the predictions its last round added
+(``round_predictions``) and the distinct outputs among them that no earlier prediction of the task in that search
+gave (``new_outputs``, by output fingerprint). A refiner that writes the program of its round before again, whatever
+its prompt, adds predictions and no new outputs.
 """
 
 from __future__ import annotations
@@ -85,9 +90,38 @@ def search_points(
     return points
 
 
-def point_tasks(point: SearchPoint, tasks: Mapping[str, Task], test_known: Mapping[str, bool]) -> pl.DataFrame:
+def round_exploration(point: SearchPoint, before: SearchPoint | None) -> pl.DataFrame:
+    """Per task with predictions in ``point``'s last round (those not in ``before``, the same search one round
+    earlier; all of them for a search's start): ``round_predictions`` and ``new_outputs``, the distinct output
+    fingerprints among them that no prediction of ``before`` gave for the task (programs without valid outputs
+    have no fingerprint and are never new)."""
+    executions = point.executions.select("prediction_id", "task_id", "fingerprint")
+    if before is None:
+        added, seen = executions, executions.clear()
+    else:
+        earlier = before.executions.select("prediction_id", "task_id", "fingerprint")
+        added = executions.join(earlier.select("prediction_id"), on="prediction_id", how="anti")
+        seen = earlier
+    new = (
+        added.drop_nulls("fingerprint")
+        .unique(["task_id", "fingerprint"])
+        .join(seen.drop_nulls("fingerprint"), on=["task_id", "fingerprint"], how="anti")
+        .group_by("task_id")
+        .agg(pl.len().cast(pl.Int64).alias("new_outputs"))
+    )
+    counts = added.group_by("task_id").agg(pl.len().cast(pl.Int64).alias("round_predictions"))
+    return counts.join(new, on="task_id", how="left").with_columns(pl.col("new_outputs").fill_null(0))
+
+
+def point_tasks(
+    point: SearchPoint,
+    tasks: Mapping[str, Task],
+    test_known: Mapping[str, bool],
+    before: SearchPoint | None = None,
+) -> pl.DataFrame:
     """Per task of ``tasks``: ``is_correct`` and ``kaggle_score`` of the point (null where test solutions are
-    unknown; 0 for a task without a prediction)."""
+    unknown; 0 for a task without a prediction), and its last round's exploration (``round_exploration``; 0 for a
+    task the round did not predict)."""
     metrics = task_metrics(point.executions, test_known).select("task_id", "is_correct")
     frame = pl.DataFrame({"task_id": list(tasks)}, schema={"task_id": pl.String}).join(
         metrics, on="task_id", how="left"
@@ -98,6 +132,9 @@ def point_tasks(point: SearchPoint, tasks: Mapping[str, Task], test_known: Mappi
         frame = frame.join(scores, on="task_id", how="left").with_columns(pl.col("is_correct").fill_null(0.0))
     else:
         frame = frame.with_columns(pl.lit(None, dtype=pl.Float64).alias("kaggle_score"))
+    frame = frame.join(round_exploration(point, before), on="task_id", how="left").with_columns(
+        pl.col("round_predictions", "new_outputs").fill_null(0)
+    )
     return frame.select(
         pl.lit(point.schedule).alias("schedule"),
         pl.lit(point.refiner, dtype=pl.String).alias("refiner"),
@@ -107,14 +144,27 @@ def point_tasks(point: SearchPoint, tasks: Mapping[str, Task], test_known: Mappi
         "task_id",
         "is_correct",
         "kaggle_score",
+        "round_predictions",
+        "new_outputs",
     )
 
 
 def search_tasks(
     points: Sequence[SearchPoint], tasks: Mapping[str, Task], test_known: Mapping[str, bool]
 ) -> pl.DataFrame:
-    """Every point's per-task table, stacked (``SEARCH_TASKS_SCHEMA``)."""
-    return pl.concat([point_tasks(point, tasks, test_known) for point in points], how="vertical")
+    """Every point's per-task table, stacked (``SEARCH_TASKS_SCHEMA``); each point's round is counted against the
+    point before it in the same search (independent sampling: the next smaller budget)."""
+
+    def before(point: SearchPoint) -> SearchPoint | None:
+        earlier = [
+            other
+            for other in points
+            if (other.schedule, other.refiner) == (point.schedule, point.refiner)
+            and other.predictions < point.predictions
+        ]
+        return max(earlier, key=lambda other: other.predictions, default=None)
+
+    return pl.concat([point_tasks(point, tasks, test_known, before(point)) for point in points], how="vertical")
 
 
 def _values(per_task: pl.DataFrame, column: str) -> np.ndarray:
@@ -123,7 +173,8 @@ def _values(per_task: pl.DataFrame, column: str) -> np.ndarray:
 
 def search_summary(per_task: pl.DataFrame, samples: int, seed: int) -> pl.DataFrame:
     """One row per point (``SEARCH_SCHEMA``): mean ``is_correct`` with its interval, the gain over independent
-    sampling at the same budget with its paired interval, and the mean Kaggle score."""
+    sampling at the same budget with its paired interval, the mean Kaggle score, and the last round's predictions
+    and new outputs summed over tasks."""
     keys = ["schedule", "refiner", "round", "predictions"]
     groups = per_task.partition_by(keys, maintain_order=True, as_dict=True)
     independent = {key[3]: frame for key, frame in groups.items() if key[0] == INDEPENDENT}
@@ -150,6 +201,8 @@ def search_summary(per_task: pl.DataFrame, samples: int, seed: int) -> pl.DataFr
                 "gain_low": None if gain is None else gain.low,
                 "gain_high": None if gain is None else gain.high,
                 "kaggle_score": None if kaggle.null_count() else float(kaggle.mean()),
+                "round_predictions": int(frame["round_predictions"].sum()),
+                "new_outputs": int(frame["new_outputs"].sum()),
             }
         )
     return pl.DataFrame(rows, schema=SUMMARY_COLUMNS)
@@ -168,13 +221,15 @@ SUMMARY_COLUMNS = {
     "gain_low": pl.Float64,
     "gain_high": pl.Float64,
     "kaggle_score": pl.Float64,
+    "round_predictions": pl.Int64,
+    "new_outputs": pl.Int64,
 }
 
 
 def search_sections(summary: pl.DataFrame) -> list[tuple[str, str]]:
     """(heading, markdown table) per schedule and figure: is_correct after each round (columns: predictions per
-    task spent) for independent sampling and every refiner's search, the gain over independent sampling, and the
-    Kaggle score."""
+    task spent) for independent sampling and every refiner's search, the gain over independent sampling, the
+    Kaggle score, and each round's new outputs."""
     sections = []
     searched = summary.filter(pl.col("schedule") != INDEPENDENT)
     for (schedule,), frame in searched.group_by("schedule", maintain_order=True):
@@ -187,6 +242,13 @@ def search_sections(summary: pl.DataFrame) -> list[tuple[str, str]]:
             ("is_correct [95% interval]", _is_correct_cell),
             ("gain over independent sampling, points [95% interval]", _gain_cell),
             ("Kaggle score (2 voted attempts)", _kaggle_cell),
+            (
+                (
+                    "new outputs (distinct outputs of the round's predictions that no earlier prediction of the task "
+                    "gave, of the round's predictions)"
+                ),
+                _new_outputs_cell,
+            ),
         ):
             lines = [header, rule]
             for (model,), model_rows in rows.group_by("model", maintain_order=True):
@@ -207,6 +269,12 @@ def _is_correct_cell(row: dict) -> str:
 
 def _kaggle_cell(row: dict) -> str:
     return "-" if row["kaggle_score"] is None else f"{row['kaggle_score']:.1%}"
+
+
+def _new_outputs_cell(row: dict) -> str:
+    if not row["round_predictions"]:
+        return "-"
+    return f"{row['new_outputs']} of {row['round_predictions']} ({row['new_outputs'] / row['round_predictions']:.0%})"
 
 
 def _gain_cell(row: dict) -> str:

@@ -45,6 +45,11 @@ def test_same_seed_same_tasks_other_seed_other_tasks() -> None:
     first = canary_rows(CanaryTasksConfig(tasks=5, seed=0))
     assert first == canary_rows(CanaryTasksConfig(tasks=5, seed=0))
     assert first != canary_rows(CanaryTasksConfig(tasks=5, seed=1))
+    # the programs' order does not matter: the stage gets its config as JSON with sorted keys, a script as written
+    weights = {"rot180": 0.7, "flipud": 0.1, "fliplr": 0.1, "transpose": 0.1}
+    as_written = CanaryTasksConfig(tasks=40, programs=weights, seed=1)
+    reordered = CanaryTasksConfig(tasks=40, programs=dict(sorted(weights.items())), seed=1)
+    assert canary_rows(as_written) == canary_rows(reordered)
 
 
 def test_rows_take_the_barc_path_and_hold_grids_only() -> None:

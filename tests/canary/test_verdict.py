@@ -135,7 +135,8 @@ def test_the_sft_refiner_must_beat_base_refines_and_sft_then_rl_is_reported_not_
 
 
 def search_table(per_point: dict[tuple[str, str | None, int, int], list[float]]) -> pl.DataFrame:
-    """SEARCH_TASKS_SCHEMA rows: (schedule, refiner, round, predictions) -> is_correct per task."""
+    """SEARCH_TASKS_SCHEMA rows: (schedule, refiner, round, predictions) -> is_correct per task; each point's round
+    made one prediction per task, with a new output where it is right."""
     return pl.DataFrame(
         [
             {
@@ -147,6 +148,8 @@ def search_table(per_point: dict[tuple[str, str | None, int, int], list[float]])
                 "task_id": f"t{index}",
                 "is_correct": value,
                 "kaggle_score": value,
+                "round_predictions": 1,
+                "new_outputs": int(value),
             }
             for (schedule, refiner, round_index, predictions), values in per_point.items()
             for index, value in enumerate(values)
@@ -188,5 +191,7 @@ def test_the_search_check_compares_the_searches_at_their_full_budget() -> None:
     markdown = verdict_markdown(failed, METRIC)
     assert "| **RL-refiner's search - base refines' search** | **50.0 pts [" in markdown
     assert "| RL-refiner, search | 75.0% [" in markdown
+    assert check.new_outputs == {"base refines, search": (1, 4), "RL-refiner, search": (3, 4)}
+    assert "| 3 of 4 |" in markdown
     with pytest.raises(ValueError, match=r"refiners \['rl'\] did not search"):
         search_checks(table.filter(pl.col("refiner") != "rl"), 200, 0)

@@ -172,6 +172,18 @@ def test_the_one_round_point_is_the_evaluation_tables_run(tmp_path):
     markdown = (runs / "search.md").read_text()
     assert "## Schedule 2+4: is_correct" in markdown and "| RL-refiner |" in markdown
     assert (runs / "search.png").stat().st_size > 0 and (runs / "search_tasks.parquet").is_file()
+    # what each round added, as (distinct new outputs, predictions): the start holds a1 for A and b1 twice for B;
+    # rl's refinements give ra1 twice and ra2 for A, rb1 for B; base refines repeat A's a1 and write no code for B;
+    # independent sampling's next 2 per task give a2 and b2
+    explored = {
+        (row["refiner"], row["predictions"]): (row["new_outputs"], row["round_predictions"])
+        for row in summary.iter_rows(named=True)
+    }
+    assert explored == {(None, 2): (2, 4), (None, 6): (2, 4), ("base", 2): (2, 4), ("rl", 2): (2, 4)} | {
+        ("rl", 6): (3, 8),
+        ("base", 6): (0, 8),
+    }
+    assert "| base refines | 2 of 4 (50%) | 0 of 8 (0%) |" in markdown
 
 
 def test_a_round_missing_from_the_rounds_is_named(tmp_path, capsys):
