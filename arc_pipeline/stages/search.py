@@ -4,7 +4,8 @@ Reads the evaluation's baseline and every searching refiner's rounds, and writes
 
 - ``search.parquet`` (``SEARCH_SCHEMA``): per schedule, refiner and round, ``is_correct`` with its 95% paired
   bootstrap interval over tasks, the gain over the base model's independent predictions at the same number of
-  predictions per task, and the Kaggle score of two voted attempts; independent sampling at every budget;
+  predictions per task, the Kaggle score of two voted attempts, and the round's new outputs against its
+  predictions; independent sampling at every budget;
 - ``search_tasks.parquet`` (``SEARCH_TASKS_SCHEMA``): the same per task (the canary's search check reads it);
 - ``search.md`` / ``search.html``: a table per schedule, one column per round; ``search.png``: is_correct
   against predictions per task, a line per model.
@@ -106,11 +107,13 @@ def run(args: argparse.Namespace) -> int:
     plot_search(summary, out / "search.png")
     for row in summary.filter(pl.col("refiner").is_not_null()).sort("predictions").iter_rows(named=True):
         log.info(
-            "%s, %s, round %d (%d predictions): is_correct %.1f%%",
+            "%s, %s, round %d (%d predictions): is_correct %.1f%%, new outputs %d of the round's %d predictions",
             row["schedule"],
             row["model"],
             row["round"],
             row["predictions"],
             row["is_correct"] * 100,
+            row["new_outputs"],
+            row["round_predictions"],
         )
     return 0
