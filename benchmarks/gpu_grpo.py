@@ -105,6 +105,9 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "sleep-chunked-6k": {"vllm_enable_sleep_mode": True, "backward_chunk_tokens": 6144},
     "chunked-4k-compile": {"backward_chunk_tokens": 4096, "torch_compile": True},
     "compile": {"torch_compile": True},
+    # issue 52's levers on the preset's chunks: Liger's RMSNorm/SwiGLU/RoPE kernels (train.liger_kernels)
+    "chunked-2k-liger": {"backward_chunk_tokens": 2100, "liger_kernels": True},
+    "chunked-2k-liger-compile": {"backward_chunk_tokens": 2100, "liger_kernels": True, "torch_compile": True},
     # diagnostic, not a lever (it changes what is sampled): what top-p and the repetition penalty cost the sampler
     "plain-sampler": {"top_p": 1.0, "repetition_penalty": 1.0},
     "unsloth": {"backend": "unsloth"},

@@ -92,6 +92,12 @@ class TrainConfig(LoraSettings):
         "(benchmarks/gpu_grpo.py measures it)",
     )
     torch_compile: bool = Field(False, description="torch.compile the policy (transformers' torch_compile)")
+    liger_kernels: bool = Field(
+        False,
+        description="Liger's fused Triton kernels for RMSNorm, SwiGLU and RoPE in the policy's Llama layers "
+        "(liger-kernel, in the gpu extra; GPU and backend trl only). The loss and log-probs stay the project's "
+        "own: Liger's fused loss is not used",
+    )
 
     # ---- processes and GPUs of the train job (docs/multi-gpu.md)
     vllm_mode: Literal["colocate", "server"] = Field(
@@ -351,8 +357,12 @@ class TrainConfig(LoraSettings):
             raise ValueError("bf16 is for GPUs: set bf16 false with use_cpu true")
         if self.init_adapter != "none" and self.backend != "trl":
             raise ValueError("init_adapter needs backend trl (unsloth attaches its own fresh LoRA)")
-        if self.use_cpu and (self.use_vllm or self.backend == "unsloth"):
-            raise ValueError("use_vllm and the unsloth backend need a GPU: they cannot be used with use_cpu")
+        if self.use_cpu and (self.use_vllm or self.backend == "unsloth" or self.liger_kernels):
+            raise ValueError(
+                "use_vllm, liger_kernels and the unsloth backend need a GPU: they cannot be used with use_cpu"
+            )
+        if self.liger_kernels and self.backend != "trl":
+            raise ValueError("liger_kernels needs backend trl (unsloth patches the model with its own kernels)")
         if self.soft_overlong_cache >= self.max_completion_length:
             raise ValueError("soft_overlong_cache must be smaller than max_completion_length")
         return self

@@ -109,9 +109,35 @@ def load_model(
     if config.backend == "unsloth":
         return _load_unsloth_model(config, model_dir), tokenizer, None
     model = load_causal_lm(model_dir, config.bf16)
+    if config.liger_kernels:
+        apply_liger_kernels(model)
     if init_adapter is not None:
         return continue_adapter(model, init_adapter, config), tokenizer, None
     return model, tokenizer, lora_config(config)
+
+
+def apply_liger_kernels(model: Any) -> None:
+    """Swap ``model``'s RMSNorm, SwiGLU MLP and rotary embedding for Liger's Triton kernels, in place (before
+    the LoRA goes on: the MLP keeps its projections, so the LoRA layers wrap them as usual). Liger's fused
+    linear cross-entropy stays off: the project computes the log-probs itself."""
+    import torch
+
+    if not torch.cuda.is_available():
+        raise PipelineError("train: liger_kernels are Triton GPU kernels, and no CUDA GPU is visible")
+    model_type = getattr(model.config, "model_type", None)
+    if model_type != "llama":
+        raise PipelineError(f"train: liger_kernels is wired for Llama models, and this one is {model_type!r}")
+    try:
+        from liger_kernel.transformers import apply_liger_kernel_to_llama
+    except ImportError as error:
+        raise PipelineError(
+            f"train: liger_kernels needs the liger-kernel package ({error}); install the gpu extra: "
+            "pip install -e '.[gpu]'"
+        ) from None
+    apply_liger_kernel_to_llama(
+        rope=True, rms_norm=True, swiglu=True, cross_entropy=False, fused_linear_cross_entropy=False, model=model
+    )
+    log.info("liger_kernels: Liger's RMSNorm, SwiGLU and RoPE kernels in the policy")
 
 
 def _import_unsloth() -> Any:
