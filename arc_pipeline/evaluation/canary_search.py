@@ -111,7 +111,7 @@ def search_markdown(checks: list[dict], min_gain: float | None) -> list[str]:
         ]
         for model, estimate in check["is_correct"].items():
             over = check["over_independent"].get(model.removesuffix(", search"))
-            new, predictions = check.get("new_outputs", {}).get(model, (0, 0))
+            new, predictions = check["new_outputs"][model]
             explored = f"{new} of {predictions}" if predictions else ""
             lines.append(
                 f"| {model} | {interval(estimate)} | {'' if over is None else interval(over, ' pts')} | {explored} |"

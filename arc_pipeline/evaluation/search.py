@@ -226,6 +226,12 @@ SUMMARY_COLUMNS = {
 }
 
 
+NEW_OUTPUTS_TITLE = (
+    "new outputs (distinct outputs of the round's predictions that no earlier prediction of the task gave, of the "
+    "round's predictions)"
+)
+
+
 def search_sections(summary: pl.DataFrame) -> list[tuple[str, str]]:
     """(heading, markdown table) per schedule and figure: is_correct after each round (columns: predictions per
     task spent) for independent sampling and every refiner's search, the gain over independent sampling, the
@@ -242,13 +248,7 @@ def search_sections(summary: pl.DataFrame) -> list[tuple[str, str]]:
             ("is_correct [95% interval]", _is_correct_cell),
             ("gain over independent sampling, points [95% interval]", _gain_cell),
             ("Kaggle score (2 voted attempts)", _kaggle_cell),
-            (
-                (
-                    "new outputs (distinct outputs of the round's predictions that no earlier prediction of the task "
-                    "gave, of the round's predictions)"
-                ),
-                _new_outputs_cell,
-            ),
+            (NEW_OUTPUTS_TITLE, _new_outputs_cell),
         ):
             lines = [header, rule]
             for (model,), model_rows in rows.group_by("model", maintain_order=True):
