@@ -111,8 +111,8 @@ def search_markdown(checks: list[dict], min_gain: float | None) -> list[str]:
         ]
         for model, estimate in check["is_correct"].items():
             over = check["over_independent"].get(model.removesuffix(", search"))
-            new, predictions = check["new_outputs"][model]
-            explored = f"{new} of {predictions}" if predictions else ""
+            last_round = check["new_outputs"].get(model)  # (new outputs, predictions); none for independent sampling
+            explored = f"{last_round[0]} of {last_round[1]}" if last_round else ""
             lines.append(
                 f"| {model} | {interval(estimate)} | {'' if over is None else interval(over, ' pts')} | {explored} |"
             )
