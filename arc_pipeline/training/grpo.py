@@ -119,11 +119,7 @@ def load_model(
 def apply_liger_kernels(model: Any) -> None:
     """Swap ``model``'s RMSNorm, SwiGLU MLP and rotary embedding for Liger's Triton kernels, in place (before
     the LoRA goes on: the MLP keeps its projections, so the LoRA layers wrap them as usual). Liger's fused
-    linear cross-entropy stays off: the project computes the log-probs itself."""
-    import torch
-
-    if not torch.cuda.is_available():
-        raise PipelineError("train: liger_kernels are Triton GPU kernels, and no CUDA GPU is visible")
+    linear cross-entropy stays off: the project computes the log-probs itself. ``train`` has checked for a GPU."""
     model_type = getattr(model.config, "model_type", None)
     if model_type != "llama":
         raise PipelineError(f"train: liger_kernels is wired for Llama models, and this one is {model_type!r}")
@@ -209,11 +205,22 @@ def train(
     """
     if config.backend == "unsloth":
         _import_unsloth()
-    if config.use_vllm or config.backend == "unsloth":
+    gpu_settings = [
+        name
+        for name, on in (
+            ("use_vllm", config.use_vllm),
+            ("backend unsloth", config.backend == "unsloth"),
+            ("liger_kernels", config.liger_kernels),
+        )
+        if on
+    ]
+    if gpu_settings:
         import torch
 
         if not torch.cuda.is_available():
-            raise PipelineError("train: use_vllm and the unsloth backend need a CUDA GPU, and none is visible")
+            raise PipelineError(
+                f"train: {', '.join(gpu_settings)}: these settings need a CUDA GPU, and none is visible"
+            )
     from trl import GRPOTrainer
 
     from arc_pipeline.sandbox import Sandbox, SandboxConfig

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
 
 from arc_pipeline.errors import PipelineError
 from arc_pipeline.training.config import TrainConfig
-from arc_pipeline.training.grpo import apply_liger_kernels
+from arc_pipeline.training.grpo import train
 
 
 @pytest.mark.parametrize(
@@ -25,11 +24,14 @@ def test_settings_liger_cannot_use_are_refused(values, message):
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU-only refusal")
-def test_without_a_gpu_the_model_is_left_as_it_was():
-    model = LlamaForCausalLM(
-        LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2)
-    )
-    mlp_forward = model.model.layers[0].mlp.forward
-    with pytest.raises(PipelineError, match="liger_kernels are Triton GPU kernels, and no CUDA GPU is visible"):
-        apply_liger_kernels(model)
-    assert model.model.layers[0].mlp.forward == mlp_forward
+def test_without_a_gpu_training_stops_before_it_reads_anything(tmp_path):
+    missing = tmp_path / "absent"
+    with pytest.raises(PipelineError, match="liger_kernels: these settings need a CUDA GPU, and none is visible"):
+        train(
+            TrainConfig(liger_kernels=True),
+            missing / "refinement.parquet",
+            missing / "model",
+            missing / "adapter",
+            missing / "metrics.parquet",
+        )
+    assert not missing.exists()
