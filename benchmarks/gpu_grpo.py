@@ -108,6 +108,13 @@ VARIANTS: dict[str, dict[str, Any]] = {
     # issue 52's levers on the preset's chunks: Liger's RMSNorm/SwiGLU/RoPE kernels (train.liger_kernels)
     "chunked-2k-liger": {"backward_chunk_tokens": 2100, "liger_kernels": True},
     "chunked-2k-liger-compile": {"backward_chunk_tokens": 2100, "liger_kernels": True, "torch_compile": True},
+    # torch.compile of the policy alone, on the preset's chunks (it failed in Inductor on torch 2.11)
+    "chunked-2k-compile": {"backward_chunk_tokens": 2100, "torch_compile": True},
+    # vLLM 0.31's default sampler, FlashInfer's top-p/top-k (VARIANT_ENVIRONMENT; needs flashinfer-python, which
+    # the gpu extra installs): what a cluster install samples with
+    "chunked-2k-flashinfer-sampler": {"backward_chunk_tokens": 2100},
+    # diagnostic: the preset's step (chunked-2k), its third step under torch.profiler
+    "chunked-2k-profile": {"backward_chunk_tokens": 2100},
     # diagnostic, not a lever (it changes what is sampled): what top-p and the repetition penalty cost the sampler
     "plain-sampler": {"top_p": 1.0, "repetition_penalty": 1.0},
     "unsloth": {"backend": "unsloth"},
@@ -175,8 +182,9 @@ VARIANTS: dict[str, dict[str, Any]] = {
 # environment of a variant's process (set before CUDA starts)
 VARIANT_ENVIRONMENT: dict[str, dict[str, str]] = {
     "chunked-2k-expandable": {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"},
+    "chunked-2k-flashinfer-sampler": {"VLLM_USE_FLASHINFER_SAMPLER": "1"},
 }
-PROFILED_STEP = {"profile": 3}
+PROFILED_STEP = {"profile": 3, "chunked-2k-profile": 3}
 PARAMETERS_8B = 8.03e9
 PHASES = ("generation", "weight_sync", "rewards", "logprobs", "prepare_other", "train", "optimizer", "step")
 
