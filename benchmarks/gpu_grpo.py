@@ -108,8 +108,10 @@ VARIANTS: dict[str, dict[str, Any]] = {
     # issue 52's levers on the preset's chunks: Liger's RMSNorm/SwiGLU/RoPE kernels (train.liger_kernels)
     "chunked-2k-liger": {"backward_chunk_tokens": 2100, "liger_kernels": True},
     "chunked-2k-liger-compile": {"backward_chunk_tokens": 2100, "liger_kernels": True, "torch_compile": True},
-    # torch.compile of the policy alone, on the preset's chunks (it failed in Inductor on torch 2.11)
+    # torch.compile of the policy alone, on the preset's chunks (it failed in Inductor on torch 2.11), and of each
+    # decoder layer (train.compile_layers: regional compilation)
     "chunked-2k-compile": {"backward_chunk_tokens": 2100, "torch_compile": True},
+    "chunked-2k-compile-layers": {"backward_chunk_tokens": 2100, "compile_layers": True},
     # vLLM 0.31's default sampler, FlashInfer's top-p/top-k (VARIANT_ENVIRONMENT; needs flashinfer-python, which
     # the gpu extra installs): what a cluster install samples with
     "chunked-2k-flashinfer-sampler": {"backward_chunk_tokens": 2100},

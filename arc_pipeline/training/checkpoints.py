@@ -58,6 +58,10 @@ _NOT_IN_FINGERPRINT = {
     # existed still match)
     "backward_chunk_tokens",
     "share_prompt_forward",
+    # which kernels compute the same passes
+    "torch_compile",
+    "compile_layers",
+    "liger_kernels",
 }
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
 _WHOLE_FILE_BYTES = 4 << 20  # files up to this size are hashed whole; larger ones (weights) sampled
@@ -123,9 +127,49 @@ def run_fingerprint(
     }
 
 
-def _same_run(recorded: dict, fingerprint: dict, model_dir: str | os.PathLike | None) -> bool:
+def fingerprint_defaults(
+    config: BaseModel, not_in_fingerprint: Collection[str] = frozenset(_NOT_IN_FINGERPRINT)
+) -> dict:
+    """The fingerprint's config part as the config class's defaults would give it: a field added to the config
+    after a marker was written matches that marker while it holds its default (the value that reproduces the
+    code that wrote the marker)."""
+    return type(config).model_construct().model_dump(mode="json", exclude=set(not_in_fingerprint))
+
+
+def _config_matches(recorded: Any, current: Any, defaults: Any) -> bool:
+    """``recorded`` equals ``current``, where a key ``recorded`` lacks counts as equal while ``current`` holds
+    that key's default; nested sections the same way."""
+    if not (isinstance(recorded, dict) and isinstance(current, dict)):
+        return recorded == current
+    defaults = defaults if isinstance(defaults, dict) else {}
+    if set(recorded) - set(current):
+        return False  # a field the code no longer has: another run
+    for key, value in current.items():
+        if key in recorded:
+            if not _config_matches(recorded[key], value, defaults.get(key)):
+                return False
+        elif key not in defaults or defaults[key] != value:
+            return False
+    return True
+
+
+def _same_run(
+    recorded: dict,
+    fingerprint: dict,
+    model_dir: str | os.PathLike | None,
+    defaults: dict | None = None,
+    not_in_fingerprint: Collection[str] = frozenset(_NOT_IN_FINGERPRINT),
+) -> bool:
     if recorded == fingerprint:
         return True
+    if defaults is not None and isinstance(recorded.get("config"), dict):
+        # a marker of older code: fields left out of the fingerprint since, fields added since at their default
+        config = {k: v for k, v in recorded["config"].items() if k not in not_in_fingerprint}
+        rest = {k: v for k, v in recorded.items() if k != "config"}
+        if rest == {k: v for k, v in fingerprint.items() if k != "config"} and _config_matches(
+            config, fingerprint.get("config"), defaults
+        ):
+            return True
     # A marker from before content fingerprints recorded the model's absolute path instead.
     if "model" in recorded and "model_sha256" not in recorded and model_dir is not None:
         others = {k: v for k, v in fingerprint.items() if k != "model_sha256"}
@@ -144,14 +188,25 @@ def set_aside(folder: Path) -> Path:
     return target
 
 
-def prepare_checkpoint_dir(folder: Path, fingerprint: dict, model_dir: str | os.PathLike | None = None) -> Path | None:
+def prepare_checkpoint_dir(
+    folder: Path,
+    fingerprint: dict,
+    model_dir: str | os.PathLike | None = None,
+    defaults: dict | None = None,
+    not_in_fingerprint: Collection[str] = frozenset(_NOT_IN_FINGERPRINT),
+) -> Path | None:
     """Create the checkpoint folder; return the checkpoint to resume from, if any.
 
     Checkpoints left by a run with another fingerprint (config, data or model changed) are moved aside,
-    never deleted: days of GPU time may be in them, and the change may have been a mistake.
+    never deleted: days of GPU time may be in them, and the change may have been a mistake. With ``defaults``
+    (:func:`fingerprint_defaults`), checkpoints of a run that older code started still match: an upgrade that
+    adds a config field at its default, or leaves a field out of the fingerprint, keeps a days-long run's
+    checkpoints.
     """
     marker = folder / FINGERPRINT_FILE
-    if marker.is_file() and not _same_run(json.loads(marker.read_text()), fingerprint, model_dir):
+    if marker.is_file() and not _same_run(
+        json.loads(marker.read_text()), fingerprint, model_dir, defaults, not_in_fingerprint
+    ):
         moved = set_aside(folder)
         log.warning(
             "%s: checkpoints belong to a different run (config, data or model changed): moved them to %s "

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
 from arc_pipeline.generation.engine import KvCacheDtype
 from arc_pipeline.scoring.rewards import REWARD_NAMES
 from arc_pipeline.training.processes.settings import check_process_settings
+from arc_pipeline.training.speed.settings import check_speed_settings
 
 ALL_PROJECTIONS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
@@ -92,6 +93,11 @@ class TrainConfig(LoraSettings):
         "(benchmarks/gpu_grpo.py measures it)",
     )
     torch_compile: bool = Field(False, description="torch.compile the policy (transformers' torch_compile)")
+    compile_layers: bool = Field(
+        False,
+        description="torch.compile each decoder layer of the policy in place, LoRA included, shapes dynamic (regional "
+        "compilation; backend trl, not with torch_compile: arc_pipeline/training/speed/compiled_layers.py)",
+    )
     liger_kernels: bool = Field(
         False,
         description="Liger's fused Triton kernels for RMSNorm, SwiGLU and RoPE in the policy's Llama layers "
@@ -357,12 +363,7 @@ class TrainConfig(LoraSettings):
             raise ValueError("bf16 is for GPUs: set bf16 false with use_cpu true")
         if self.init_adapter != "none" and self.backend != "trl":
             raise ValueError("init_adapter needs backend trl (unsloth attaches its own fresh LoRA)")
-        if self.use_cpu and (self.use_vllm or self.backend == "unsloth" or self.liger_kernels):
-            raise ValueError(
-                "use_vllm, liger_kernels and the unsloth backend need a GPU: they cannot be used with use_cpu"
-            )
-        if self.liger_kernels and self.backend != "trl":
-            raise ValueError("liger_kernels needs backend trl (unsloth patches the model with its own kernels)")
+        check_speed_settings(self)
         if self.soft_overlong_cache >= self.max_completion_length:
             raise ValueError("soft_overlong_cache must be smaller than max_completion_length")
         return self

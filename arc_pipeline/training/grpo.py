@@ -32,6 +32,7 @@ from arc_pipeline.training.base_model import continue_adapter, load_causal_lm, s
 from arc_pipeline.training.checkpoints import (
     best_checkpoint,
     default_checkpoint_dir,
+    fingerprint_defaults,
     last_complete_checkpoint,
     model_content_digest,
     prepare_checkpoint_dir,
@@ -232,6 +233,7 @@ def train(
     from arc_pipeline.training.processes.weight_sync import release_stranded_sync_buffers
     from arc_pipeline.training.rewards import ArcReward, soft_overlong_penalty
     from arc_pipeline.training.speed.chunked_backward import ChunkedBackward
+    from arc_pipeline.training.speed.compiled_layers import compile_decoder_layers
     from arc_pipeline.training.speed.correction import CorrectionFromLossForward
     from arc_pipeline.training.speed.shared_prompt import SharedPromptForward
 
@@ -286,6 +288,8 @@ def train(
             **({"rollout_func": rollout} if rollout is not None else {}),
         )
         trainer.add_callback(CheckpointOnSigterm())  # SIGTERM (preemption): checkpoint, then stop
+        if config.compile_layers:
+            compile_decoder_layers(trainer.model)  # the LoRA is on by now: its branches compile with each layer
         shared_prompt = None
         if config.share_prompt_forward and config.backend == "trl":  # unsloth: its own log-probs
             shared_prompt = SharedPromptForward().attach(trainer)
@@ -333,7 +337,7 @@ def prepare_run(
     fingerprint = run_fingerprint(config, dataset_path, model_dir)
     if init_adapter is not None:  # only then: checkpoints of runs from a fresh LoRA keep their fingerprint
         fingerprint["init_adapter_sha256"] = model_content_digest(init_adapter)
-    resume = prepare_checkpoint_dir(checkpoint_dir, fingerprint, model_dir)
+    resume = prepare_checkpoint_dir(checkpoint_dir, fingerprint, model_dir, fingerprint_defaults(config))
     if resume is not None and reached_the_end(resume, config):
         # A forced rerun of a finished training: resuming would train past max_steps.
         return resume, _finished_from_checkpoint(resume, config, Path(output), metrics_path)

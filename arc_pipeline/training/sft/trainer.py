@@ -26,6 +26,7 @@ from arc_pipeline.schemas import SFT_DATASET_SCHEMA, TRAINING_METRICS_SCHEMA
 from arc_pipeline.training.base_model import load_causal_lm, strip_rendered_bos
 from arc_pipeline.training.checkpoints import (
     default_checkpoint_dir,
+    fingerprint_defaults,
     prepare_checkpoint_dir,
     reached_the_end,
     run_fingerprint,
@@ -141,7 +142,13 @@ def train_sft(
     output, dataset_path, model_dir = Path(output), Path(dataset_path), Path(model_dir)
     checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir is not None else default_checkpoint_dir(output)
     fingerprint = run_fingerprint(config, dataset_path, model_dir, SFT_NOT_IN_FINGERPRINT)
-    resume = prepare_checkpoint_dir(checkpoint_dir, fingerprint, model_dir)
+    resume = prepare_checkpoint_dir(
+        checkpoint_dir,
+        fingerprint,
+        model_dir,
+        fingerprint_defaults(config, SFT_NOT_IN_FINGERPRINT),
+        SFT_NOT_IN_FINGERPRINT,
+    )
     rows = read_frame(dataset_path, SFT_DATASET_SCHEMA).height
     if resume is not None and reached_the_end(resume, config):
         # a forced rerun of a finished run: resuming would train past max_steps

@@ -1,0 +1,19 @@
+"""Train settings of the speed levers that must agree with the rest (arc_pipeline/training/config.py checks them
+with the rest of ``TrainConfig``): which need a GPU, which the unsloth backend replaces, which exclude each other."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def check_speed_settings(config: Any) -> None:
+    """A ValueError naming the settings when a ``TrainConfig``'s kernel and backend choices disagree (typed
+    ``Any``: this module is below config.py, which imports it)."""
+    if config.use_cpu and (config.use_vllm or config.backend == "unsloth" or config.liger_kernels):
+        raise ValueError("use_vllm, liger_kernels and the unsloth backend need a GPU: they cannot be used with use_cpu")
+    if config.liger_kernels and config.backend != "trl":
+        raise ValueError("liger_kernels needs backend trl (unsloth patches the model with its own kernels)")
+    if config.compile_layers and config.backend != "trl":
+        raise ValueError("compile_layers needs backend trl (unsloth compiles its own kernels)")
+    if config.compile_layers and config.torch_compile:
+        raise ValueError("compile_layers and torch_compile: choose one (the layers, or the whole policy)")

@@ -1,0 +1,66 @@
+"""train.compile_layers (issue 52's regional torch.compile): the policy's decoder layers compiled in place, LoRA
+included, give the eager loss and LoRA gradient on the preset's path (the shared prompt pass and the chunked
+backward of train.backward_chunk_tokens), keep every parameter's name (checkpoints, the adapter and the weight
+sync see the same model), and are refused where they cannot apply. The tiny Llama, traced by Dynamo and
+differentiated by AOTAutograd as on the GPU (``aot_eager``: Inductor's CPU code would test a compiler the GPU does
+not use, at a minute and a half); the speed is a GPU measurement (benchmarks/gpu_grpo.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from arc_pipeline.training.config import TrainConfig
+from arc_pipeline.training.speed.chunked_backward import ChunkedBackward
+from arc_pipeline.training.speed.compiled_layers import compile_decoder_layers, decoder_layers
+from arc_pipeline.training.speed.shared_prompt import SharedPromptForward
+from tests.numerics import assert_reordered_close, reordered_sum_tolerance
+from tests.training.speed.test_chunked_backward import (
+    config,
+    loss_and_gradient,
+    micro_batch_terms,
+    trainer_and_micro_batch,
+)
+
+pytestmark = pytest.mark.slow
+
+
+def test_compiled_layers_give_the_eager_loss_and_gradient(tiny_model, refinement_dataset, tmp_path):
+    trainer, batch = trainer_and_micro_batch(config(), tiny_model, refinement_dataset(2), tmp_path)
+    shared = SharedPromptForward().attach(trainer)
+    ChunkedBackward(2 * (batch["prompt_ids"].shape[1] + 8), shared_prompt=shared).attach(trainer)
+    eager_loss, eager_grad = loss_and_gradient(trainer, batch)
+    names = [name for name, _ in trainer.model.named_parameters()]
+
+    layers = decoder_layers(trainer.model)
+    assert (
+        compile_decoder_layers(trainer.model, backend="aot_eager")
+        == len(layers)
+        == trainer.model.config.num_hidden_layers
+    )
+    assert all(layer._compiled_call_impl is not None for layer in layers)  # each layer's call is the compiled one
+    compiled_loss, compiled_grad = loss_and_gradient(trainer, batch)
+
+    assert [name for name, _ in trainer.model.named_parameters()] == names
+    terms = micro_batch_terms(trainer, batch)
+    tolerance = reordered_sum_tolerance(terms)
+    assert compiled_loss == pytest.approx(eager_loss, rel=tolerance, abs=tolerance)
+    assert_reordered_close(compiled_grad, eager_grad, terms, "LoRA gradient")
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"backend": "unsloth"}, "compile_layers needs backend trl"),
+        ({"torch_compile": True}, "compile_layers and torch_compile: choose one"),
+    ],
+)
+def test_settings_compile_layers_cannot_use_are_refused(values, message):
+    with pytest.raises(ValueError, match=message):
+        TrainConfig(compile_layers=True, **values)
+
+
+def test_a_model_without_decoder_layers_is_an_error():
+    import torch
+
+    with pytest.raises(ValueError, match="no decoder layer found in Linear"):
+        compile_decoder_layers(torch.nn.Linear(2, 2))
