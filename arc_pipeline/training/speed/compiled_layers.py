@@ -14,11 +14,13 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from arc_pipeline.errors import PipelineError
+
 log = logging.getLogger(__name__)
 
 
 def decoder_layers(model: Any) -> list[Any]:
-    """The model's decoder layers (modules whose class name ends in ``DecoderLayer``), outermost first."""
+    """The model's decoder layers (modules whose class name ends in ``DecoderLayer``), in the model's order."""
     return [module for module in model.modules() if type(module).__name__.endswith("DecoderLayer")]
 
 
@@ -28,7 +30,7 @@ def compile_decoder_layers(model: Any, backend: str = "inductor") -> int:
     ``backend``: torch.compile's (the tests trace with ``aot_eager``: Inductor's CPU code is not the GPU's)."""
     layers = decoder_layers(model)
     if not layers:
-        raise ValueError(f"compile_layers: no decoder layer found in {type(model).__name__}")
+        raise PipelineError(f"train: compile_layers: no decoder layer found in {type(model).__name__}")
     for layer in layers:
         layer.compile(dynamic=True, backend=backend)
     log.info("compile_layers: %d decoder layers compiled (%s)", len(layers), type(layers[0]).__name__)

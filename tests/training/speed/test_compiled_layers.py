@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 
+from arc_pipeline.errors import PipelineError
 from arc_pipeline.training.config import TrainConfig
 from arc_pipeline.training.speed.chunked_backward import ChunkedBackward
 from arc_pipeline.training.speed.compiled_layers import compile_decoder_layers, decoder_layers
@@ -62,5 +63,5 @@ def test_settings_compile_layers_cannot_use_are_refused(values, message):
 def test_a_model_without_decoder_layers_is_an_error():
     import torch
 
-    with pytest.raises(ValueError, match="no decoder layer found in Linear"):
+    with pytest.raises(PipelineError, match="compile_layers: no decoder layer found in Linear"):
         compile_decoder_layers(torch.nn.Linear(2, 2))
