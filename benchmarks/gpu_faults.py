@@ -105,7 +105,11 @@ def fault_target(fault: str, stage_pid: int) -> int | None:
         return stage_pid
     processes = job_processes(stage_pid)
     if fault == "server-kill":
-        servers = [pid for pid, line in processes.items() if parent_pid(pid) == stage_pid and "vllm" in line]
+        servers = [  # the ranks' torchrun is the stage's child too, and its arguments name --vllm-server-port
+            pid
+            for pid, line in processes.items()
+            if parent_pid(pid) == stage_pid and "vllm" in line and "torch.distributed.run" not in line
+        ]
         return min(servers) if servers else None
     ranks = [pid for pid in processes if process_environment(pid).get("LOCAL_RANK") is not None]
     return min(ranks, key=lambda pid: int(process_environment(pid)["LOCAL_RANK"])) if ranks else None
