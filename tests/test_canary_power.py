@@ -3,19 +3,15 @@ presets' margins against a refiner that learned the majority program and one tha
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.benchmark_scripts import load_benchmark
+
 REPO = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("canary_power", REPO / "benchmarks" / "canary_power.py")
-assert _spec and _spec.loader
-canary_power = importlib.util.module_from_spec(_spec)
-sys.modules["canary_power"] = canary_power  # its dataclasses look their module up
-_spec.loader.exec_module(canary_power)
+canary_power = load_benchmark("canary_power")
 
 DRAWS = 4000
 

@@ -5,19 +5,14 @@ the faults' effects on a real train job are the script's own run (docs/reliabili
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import signal
 import subprocess
 import sys
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("gpu_faults", REPO / "benchmarks" / "gpu_faults.py")
-assert _spec and _spec.loader
-gpu_faults = importlib.util.module_from_spec(_spec)
-sys.modules["gpu_faults"] = gpu_faults  # its dataclasses look their module up
-_spec.loader.exec_module(gpu_faults)
+from tests.benchmark_scripts import load_benchmark
+
+gpu_faults = load_benchmark("gpu_faults")
 
 # a stage: tags its children as the supervisor does; the ranks' torchrun first (the lower pid), then the server,
 # then a rank; prints their pids and waits

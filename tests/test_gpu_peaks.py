@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-import importlib.util
 import math
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("gpu_peaks", REPO / "benchmarks" / "gpu_peaks.py")
-assert _spec and _spec.loader
-gpu_peaks = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(gpu_peaks)
+from tests.benchmark_scripts import load_benchmark
+
+gpu_peaks = load_benchmark("gpu_peaks")
 
 
 def test_a_pcie_h100_is_not_read_as_the_sxm_part() -> None:

@@ -8,7 +8,6 @@ turns them into its engine config, without starting an engine.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import warnings
 from pathlib import Path
@@ -22,8 +21,7 @@ from arc_pipeline.generation.engine import EngineConfig
 from arc_pipeline.generation.engine_args import engine_arguments
 from arc_pipeline.stages.evaluate_config import EvaluateConfig
 from arc_pipeline.stages.inference import InferenceConfig
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.benchmark_scripts import load_benchmark
 
 
 def test_defaults_leave_vllm_defaults_alone() -> None:
@@ -127,10 +125,7 @@ def test_real_vllm_takes_the_levers_into_its_engine_config(tmp_path: Path) -> No
 
 
 def _benchmark_module():
-    spec = importlib.util.spec_from_file_location("gpu_inference", REPO / "benchmarks" / "gpu_inference.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("gpu_inference")
 
 
 def test_benchmark_variants_build_valid_engine_configs() -> None:
