@@ -115,6 +115,10 @@ VARIANTS: dict[str, dict[str, Any]] = {
     # vLLM 0.31's default sampler, FlashInfer's top-p/top-k (VARIANT_ENVIRONMENT; needs flashinfer-python, which
     # the gpu extra installs): what a cluster install samples with
     "chunked-2k-flashinfer-sampler": {"backward_chunk_tokens": 2100},
+    # each LoRA projection and its base as one autograd function (train.fused_lora): the profile's largest item
+    # after the projections was the rank-1 branches' matrix-matrix kernels and their float32 input copies
+    "chunked-2k-fused-lora": {"backward_chunk_tokens": 2100, "fused_lora": True},
+    "chunked-2k-fused-lora-flashinfer-sampler": {"backward_chunk_tokens": 2100, "fused_lora": True},
     # diagnostic: the preset's step (chunked-2k), its third step under torch.profiler
     "chunked-2k-profile": {"backward_chunk_tokens": 2100},
     # diagnostic, not a lever (it changes what is sampled): what top-p and the repetition penalty cost the sampler
@@ -185,6 +189,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
 VARIANT_ENVIRONMENT: dict[str, dict[str, str]] = {
     "chunked-2k-expandable": {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"},
     "chunked-2k-flashinfer-sampler": {"VLLM_USE_FLASHINFER_SAMPLER": "1"},
+    "chunked-2k-fused-lora-flashinfer-sampler": {"VLLM_USE_FLASHINFER_SAMPLER": "1"},
 }
 PROFILED_STEP = {"profile": 3, "chunked-2k-profile": 3}
 PARAMETERS_8B = 8.03e9

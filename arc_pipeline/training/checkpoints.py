@@ -62,6 +62,7 @@ _NOT_IN_FINGERPRINT = {
     "torch_compile",
     "compile_layers",
     "liger_kernels",
+    "fused_lora",
 }
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
 _WHOLE_FILE_BYTES = 4 << 20  # files up to this size are hashed whole; larger ones (weights) sampled

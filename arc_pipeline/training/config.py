@@ -25,12 +25,8 @@ ALL_PROJECTIONS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj
 
 class CollapseGuardConfig(BaseModel):
     """Stop training when it collapses into long, repetitive or gibberish outputs (docs/defaults.md).
-
-    Each logging window is checked; when one of the set thresholds is crossed for ``patience``
-    consecutive windows, training stops and the stage keeps the best checkpoint saved before the
-    streak began (highest mean reward over the windows since the previous checkpoint). All thresholds
-    None (the default) disables the guard.
-    """
+    A set threshold crossed in ``patience`` consecutive logging windows stops training; the stage keeps the best
+    checkpoint saved before the streak began (highest mean reward since the previous one). Off by default."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -89,8 +85,7 @@ class TrainConfig(LoraSettings):
     vllm_enable_sleep_mode: bool = Field(
         False,
         description="put the colocated vLLM engine to sleep (weights and KV cache off the GPU) while the policy "
-        "trains, and wake it for generation: the training step gets the engine's memory back "
-        "(benchmarks/gpu_grpo.py measures it)",
+        "trains, and wake it for generation: the training step gets the engine's memory back (benchmarks/gpu_grpo.py)",
     )
     torch_compile: bool = Field(False, description="torch.compile the policy (transformers' torch_compile)")
     compile_layers: bool = Field(
@@ -103,6 +98,11 @@ class TrainConfig(LoraSettings):
         description="Liger's fused Triton kernels for RMSNorm, SwiGLU and RoPE in the policy's Llama layers "
         "(liger-kernel, in the gpu extra; GPU and backend trl only). The loss and log-probs stay the project's "
         "own: Liger's fused loss is not used",
+    )
+    fused_lora: bool = Field(
+        False,
+        description="each LoRA projection and its frozen base as one autograd function: no float32 copy of "
+        "the input, rank-1 products as matrix-vector kernels (arc_pipeline/training/speed/fused_lora.py)",
     )
 
     # ---- processes and GPUs of the train job (docs/multi-gpu.md)

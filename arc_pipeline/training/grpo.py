@@ -235,6 +235,7 @@ def train(
     from arc_pipeline.training.speed.chunked_backward import ChunkedBackward
     from arc_pipeline.training.speed.compiled_layers import compile_decoder_layers
     from arc_pipeline.training.speed.correction import CorrectionFromLossForward
+    from arc_pipeline.training.speed.fused_lora import fuse_lora_projections
     from arc_pipeline.training.speed.shared_prompt import SharedPromptForward
 
     output = Path(output)
@@ -288,6 +289,8 @@ def train(
             **({"rollout_func": rollout} if rollout is not None else {}),
         )
         trainer.add_callback(CheckpointOnSigterm())  # SIGTERM (preemption): checkpoint, then stop
+        if config.fused_lora:
+            fuse_lora_projections(trainer.model)  # before compile_layers: compiled layers then trace the function
         if config.compile_layers:
             compile_decoder_layers(trainer.model)  # the LoRA is on by now: its branches compile with each layer
         shared_prompt = None

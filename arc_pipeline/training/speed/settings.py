@@ -13,6 +13,8 @@ def check_speed_settings(config: Any) -> None:
         raise ValueError("use_vllm, liger_kernels and the unsloth backend need a GPU: they cannot be used with use_cpu")
     if config.liger_kernels and config.backend != "trl":
         raise ValueError("liger_kernels needs backend trl (unsloth patches the model with its own kernels)")
+    if config.fused_lora and config.backend != "trl":
+        raise ValueError("fused_lora needs backend trl (unsloth runs its own LoRA kernels)")
     if config.compile_layers and config.backend != "trl":
         raise ValueError("compile_layers needs backend trl (unsloth compiles its own kernels)")
     if config.compile_layers and config.torch_compile:

@@ -1,0 +1,155 @@
+"""One decoder layer's LoRA projections, forward and backward, PEFT's way against ``train.fused_lora``'s.
+
+The 8B policy's seven projection shapes (Llama-3.1-8B: hidden 4,096, MLP 14,336, 8 key-value heads of 128), the
+preset's LoRA (rank 1, rsLoRA, alpha 64), the base frozen in bfloat16 and the adapter in float32 as PEFT keeps
+it, under bfloat16 autocast as the trainer runs them; ``--tokens`` rows per call (the preset's chunk: 2,100).
+For each projection and each way: milliseconds per forward + backward (median of ``--repeats``), and on a GPU
+the peak memory the call adds. The step estimate multiplies one layer's time by 32 layers and by the chunks of
+the preset's step (``--step-tokens`` / ``--tokens``); the step's own figure is benchmarks/gpu_grpo.py's.
+
+    python benchmarks/lora_projection.py                      # the device there is (a GPU if one is visible)
+    python benchmarks/lora_projection.py --tokens 256 --repeats 3 --device cpu
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from arc_pipeline.training.speed.fused_lora import fuse_lora_projections
+
+log = logging.getLogger("lora_projection")
+
+# Llama-3.1-8B's projections: (name, input width, output width)
+PROJECTIONS = (
+    ("q_proj", 4096, 4096),
+    ("k_proj", 4096, 1024),
+    ("v_proj", 4096, 1024),
+    ("o_proj", 4096, 4096),
+    ("gate_proj", 4096, 14336),
+    ("up_proj", 4096, 14336),
+    ("down_proj", 14336, 4096),
+)
+LAYERS = 32
+
+
+@dataclass
+class Timing:
+    projection: str
+    way: str
+    milliseconds: float
+    peak_mib: float | None
+
+
+def lora_projection(width_in: int, width_out: int, rank: int, device: str):
+    """A PEFT-wrapped frozen bfloat16 projection with the preset's LoRA, lora_B off its zero start."""
+    from peft import LoraConfig, get_peft_model
+
+    base = torch.nn.Sequential(torch.nn.Linear(width_in, width_out, bias=False))
+    base = base.to(device=device, dtype=torch.bfloat16)
+    model = get_peft_model(base, LoraConfig(r=rank, lora_alpha=64, use_rslora=True, target_modules=["0"]))
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if "lora_B" in name:
+                parameter.normal_(std=0.01)
+    return model
+
+
+def time_calls(model, inputs: torch.Tensor, repeats: int) -> tuple[float, float | None]:
+    """Median milliseconds of forward + backward, and the peak memory one call adds (MiB, GPU only)."""
+    device = inputs.device.type
+    grad_out = torch.randn(inputs.shape[0], model(inputs).shape[-1], device=inputs.device, dtype=torch.bfloat16)
+
+    def call() -> None:
+        x = inputs.detach().requires_grad_(True)
+        with torch.autocast(device, dtype=torch.bfloat16):
+            out = model(x)
+        out.backward(grad_out)
+
+    call()  # warm-up (cuBLAS handles, kernel choice)
+    times = []
+    for _ in range(repeats):
+        if device == "cuda":
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        call()
+        if device == "cuda":
+            torch.cuda.synchronize()
+        times.append((time.perf_counter() - start) * 1000)
+    peak = None
+    if device == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+        before = torch.cuda.memory_allocated()
+        call()
+        peak = (torch.cuda.max_memory_allocated() - before) / 2**20
+    return statistics.median(times), peak
+
+
+def measure(tokens: int, rank: int, repeats: int, device: str, projections=PROJECTIONS) -> list[Timing]:
+    timings = []
+    for name, width_in, width_out in projections:
+        model = lora_projection(width_in, width_out, rank, device)
+        inputs = torch.randn(tokens, width_in, device=device, dtype=torch.bfloat16)
+        for way in ("peft", "fused"):
+            if way == "fused":
+                fuse_lora_projections(model)
+            milliseconds, peak = time_calls(model, inputs, repeats)
+            timings.append(Timing(name, way, milliseconds, peak))
+            log.info("%s %s: %.3f ms", name, way, milliseconds)
+        del model, inputs
+    return timings
+
+
+def table(timings: list[Timing], tokens: int, step_tokens: int) -> str:
+    by = {(t.projection, t.way): t for t in timings}
+    names = list(dict.fromkeys(t.projection for t in timings))
+    lines = ["| projection | PEFT (ms) | fused (ms) | fused / PEFT | PEFT peak (MiB) | fused peak (MiB) |"]
+    lines.append("|---|---:|---:|---:|---:|---:|")
+    for name in names:
+        peft, fused = by[(name, "peft")], by[(name, "fused")]
+        peaks = [f"{t.peak_mib:,.0f}" if t.peak_mib is not None else "-" for t in (peft, fused)]
+        ratio = fused.milliseconds / peft.milliseconds
+        lines.append(
+            f"| {name} | {peft.milliseconds:.3f} | {fused.milliseconds:.3f} | {ratio:.2f}x | {' | '.join(peaks)} |"
+        )
+    layer = {way: sum(by[(name, way)].milliseconds for name in names) for way in ("peft", "fused")}
+    lines.append(
+        f"| one layer | {layer['peft']:.3f} | {layer['fused']:.3f} | {layer['fused'] / layer['peft']:.2f}x | | |"
+    )
+    chunks = step_tokens / tokens
+    step = {way: layer[way] * LAYERS * chunks / 1000 for way in layer}
+    lines.append(
+        f"| estimate: {LAYERS} layers x {chunks:.1f} chunks (s) | {step['peft']:.2f} | {step['fused']:.2f} | "
+        f"saves {step['peft'] - step['fused']:.2f} s | | |"
+    )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--tokens", type=int, default=2100, help="rows per call (the preset's chunk: 2,100)")
+    parser.add_argument("--rank", type=int, default=1, help="LoRA rank (the preset's: 1)")
+    parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument(
+        "--step-tokens", type=int, default=40221, help="training tokens of one preset step (gpu_grpo.py's table)"
+    )
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    torch.manual_seed(0)
+    timings = measure(args.tokens, args.rank, args.repeats, args.device)
+    name = torch.cuda.get_device_name() if args.device == "cuda" else "cpu"
+    print(f"device {name}, torch {torch.__version__}, {args.tokens} tokens per call, LoRA rank {args.rank}")
+    print(table(timings, args.tokens, args.step_tokens))
+
+
+if __name__ == "__main__":
+    main()
