@@ -58,13 +58,14 @@ BASE_SETTINGS: dict[str, Any] = {
     "logging_steps": 1,
     "report_to": ["none"],
 }
-# overlapped generation with the correction computed from the loss's forward, per-token ratios
-FUSED_OVERLAP: dict[str, Any] = {
-    "overlap_generation": True,
+# the importance-sampling correction computed from the loss's forward, per-token ratios
+LOSS_FORWARD_CORRECTION: dict[str, Any] = {
     "vllm_importance_sampling_correction": True,
     "vllm_importance_sampling_mode": "token_truncate",
     "importance_sampling_from_loss_forward": True,
 }
+# overlapped generation with that correction
+FUSED_OVERLAP: dict[str, Any] = {"overlap_generation": True, **LOSS_FORWARD_CORRECTION}
 # a server on 2 GPUs and 2 training processes, the preset's chunks
 SERVER_2_RANKS_2: dict[str, Any] = {
     "backward_chunk_tokens": 2100,
@@ -119,6 +120,16 @@ VARIANTS: dict[str, dict[str, Any]] = {
     # after the projections was the rank-1 branches' matrix-matrix kernels and their float32 input copies
     "chunked-2k-fused-lora": {"backward_chunk_tokens": 2100, "fused_lora": True},
     "chunked-2k-fused-lora-flashinfer-sampler": {"backward_chunk_tokens": 2100, "fused_lora": True},
+    # fp8 weights in the colocated rollout engine (train.vllm_quantization), which needs the importance-sampling
+    # correction (taken from the loss's forward: no extra pass); the correction alone beside it, to tell them apart
+    "chunked-2k-is-correction": {"backward_chunk_tokens": 2100, **LOSS_FORWARD_CORRECTION},
+    "chunked-2k-fp8-rollouts": {"backward_chunk_tokens": 2100, "vllm_quantization": "fp8", **LOSS_FORWARD_CORRECTION},
+    "chunked-2k-fp8-rollouts-fused-lora": {
+        "backward_chunk_tokens": 2100,
+        "vllm_quantization": "fp8",
+        "fused_lora": True,
+        **LOSS_FORWARD_CORRECTION,
+    },
     # diagnostic: the preset's step (chunked-2k), its third step under torch.profiler
     "chunked-2k-profile": {"backward_chunk_tokens": 2100},
     # diagnostic, not a lever (it changes what is sampled): what top-p and the repetition penalty cost the sampler

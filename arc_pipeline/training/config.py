@@ -87,6 +87,11 @@ class TrainConfig(LoraSettings):
         description="put the colocated vLLM engine to sleep (weights and KV cache off the GPU) while the policy "
         "trains, and wake it for generation: the training step gets the engine's memory back (benchmarks/gpu_grpo.py)",
     )
+    vllm_quantization: Literal["none", "fp8"] = Field(
+        "none",
+        description="colocate: the rollout engine's weights in fp8, quantized again at each weight sync, training in "
+        "bf16; it changes what is sampled (arc_pipeline/training/processes/quantized_rollouts.py)",
+    )
     torch_compile: bool = Field(False, description="torch.compile the policy (transformers' torch_compile)")
     compile_layers: bool = Field(
         False,
@@ -128,9 +133,7 @@ class TrainConfig(LoraSettings):
         "token (the server is the bound of the 4-GPU layout: docs/multi-gpu.md). It changes what is sampled",
     )
     vllm_server_timeout_s: float = Field(
-        600,
-        gt=0,
-        description="server mode: seconds the stage waits for the server's /health to answer before it gives up",
+        600, gt=0, description="server mode: seconds the stage waits for the server's /health to answer, then gives up"
     )
     overlap_generation: bool = Field(
         False,
@@ -167,8 +170,7 @@ class TrainConfig(LoraSettings):
         "prompt + completion. A completion longer than this runs alone, checkpointed if gradient_checkpointing is "
         "on. The loss and its normalisation stay the micro-batch's (arc_pipeline/training/speed/chunked_backward.py). "
         "Size it from the GPU memory left beside the model and vLLM: about 6.6 MiB of activations per token at the "
-        "8B shape; 2100 (two full-length completions) took a full-length 8B step from 17.9 to 16.9 s on an H100, "
-        "70.7 GiB in use (benchmarks/README.md). None = the whole micro-batch in one pass",
+        "8B shape (the presets' 2100: benchmarks/README.md). None = the whole micro-batch in one pass",
     )
     share_prompt_forward: bool = Field(
         True,
@@ -251,9 +253,7 @@ class TrainConfig(LoraSettings):
         3.0, gt=1, description="upper bound of the importance ratio: truncated to it or masked above it (TRL 1.x: 3.0)"
     )
     use_bias_correction_kl: bool = Field(
-        False,
-        description="multiply the KL term by the importance ratio (TRL 1.x default on); the published run used "
-        "the plain k3 estimator (off)",
+        False, description="KL term times the importance ratio (TRL 1.x default: on; the published run: off, plain k3)"
     )
     scale_rewards: Literal["group", "batch", "none"] = Field("batch", description="published run: batch")
     mask_truncated_completions: bool = Field(

@@ -230,6 +230,7 @@ def train(
     from arc_pipeline.training.phases import PhaseTimer
     from arc_pipeline.training.processes.overlap import OverlappedGeneration
     from arc_pipeline.training.processes.preemption import CheckpointOnSigterm
+    from arc_pipeline.training.processes.quantized_rollouts import engine_built_with, sync_by_reload
     from arc_pipeline.training.processes.weight_sync import release_stranded_sync_buffers
     from arc_pipeline.training.rewards import ArcReward, soft_overlong_penalty
     from arc_pipeline.training.speed.chunked_backward import ChunkedBackward
@@ -278,16 +279,20 @@ def train(
             penalty = soft_overlong_penalty(config.max_completion_length, config.soft_overlong_cache)
             rewards.append((penalty, config.soft_overlong_weight))
         rewards.extend(extra_rewards)
-        trainer = GRPOTrainer(
-            model=model,
-            reward_funcs=[func for func, _ in rewards],
-            args=grpo_arguments(config, checkpoint_dir, [weight for _, weight in rewards], server),
-            train_dataset=dataset,
-            processing_class=tokenizer,
-            peft_config=peft_config,
-            callbacks=[guard, phases, LiveMetrics(metrics_path, metrics_rows, TRAINING_METRICS_SCHEMA), *callbacks],
-            **({"rollout_func": rollout} if rollout is not None else {}),
-        )
+        quantization = None if config.vllm_quantization == "none" else config.vllm_quantization
+        with engine_built_with(quantization):
+            trainer = GRPOTrainer(
+                model=model,
+                reward_funcs=[func for func, _ in rewards],
+                args=grpo_arguments(config, checkpoint_dir, [weight for _, weight in rewards], server),
+                train_dataset=dataset,
+                processing_class=tokenizer,
+                peft_config=peft_config,
+                callbacks=[guard, phases, LiveMetrics(metrics_path, metrics_rows, TRAINING_METRICS_SCHEMA), *callbacks],
+                **({"rollout_func": rollout} if rollout is not None else {}),
+            )
+        if quantization is not None:
+            sync_by_reload(trainer.vllm_generation)  # before phases.attach wraps the sync in its timer
         trainer.add_callback(CheckpointOnSigterm())  # SIGTERM (preemption): checkpoint, then stop
         if config.fused_lora:
             fuse_lora_projections(trainer.model)  # before compile_layers: compiled layers then trace the function

@@ -36,6 +36,22 @@ def check_process_settings(config: Any) -> None:
                 "backend trl (unsloth computes its own loss)": config.backend == "trl",
             },
         )
+    if config.vllm_quantization != "none":
+        _require(
+            f"vllm_quantization {config.vllm_quantization!r}",
+            {
+                "use_vllm: true and vllm_mode 'colocate' (the engine in the training process)": (
+                    config.use_vllm and config.vllm_mode == "colocate"
+                ),
+                "vllm_enable_sleep_mode: false (a sleeping engine drops the weights the reload requantizes)": (
+                    not config.vllm_enable_sleep_mode
+                ),
+                "vllm_importance_sampling_correction: true (it reweights for the quantized sampler)": (
+                    config.vllm_importance_sampling_correction
+                ),
+                "backend trl (unsloth runs its own engine)": config.backend == "trl",
+            },
+        )
     if config.vllm_server_gpus % config.vllm_server_tensor_parallel_size:
         raise ValueError(
             f"vllm_server_gpus ({config.vllm_server_gpus}) must be a multiple of vllm_server_tensor_parallel_size "
