@@ -279,8 +279,7 @@ def train(
             penalty = soft_overlong_penalty(config.max_completion_length, config.soft_overlong_cache)
             rewards.append((penalty, config.soft_overlong_weight))
         rewards.extend(extra_rewards)
-        quantization = None if config.vllm_quantization == "none" else config.vllm_quantization
-        with engine_built_with(quantization):
+        with engine_built_with(config.vllm_quantization):
             trainer = GRPOTrainer(
                 model=model,
                 reward_funcs=[func for func, _ in rewards],
@@ -291,7 +290,7 @@ def train(
                 callbacks=[guard, phases, LiveMetrics(metrics_path, metrics_rows, TRAINING_METRICS_SCHEMA), *callbacks],
                 **({"rollout_func": rollout} if rollout is not None else {}),
             )
-        if quantization is not None:
+        if config.vllm_quantization != "none":
             sync_by_reload(trainer.vllm_generation)  # before phases.attach wraps the sync in its timer
         trainer.add_callback(CheckpointOnSigterm())  # SIGTERM (preemption): checkpoint, then stop
         if config.fused_lora:

@@ -43,10 +43,10 @@ def with_quantization(engine_kwargs: dict[str, Any], quantization: str) -> dict[
 
 
 @contextmanager
-def engine_built_with(quantization: str | None) -> Iterator[None]:
-    """While the trainer is constructed, TRL's colocated engine is built with ``quantization`` (None: as TRL
-    builds it)."""
-    if quantization is None:
+def engine_built_with(quantization: str) -> Iterator[None]:
+    """While the trainer is constructed, TRL's colocated engine is built with ``quantization`` (the setting's
+    value; ``none``: as TRL builds it)."""
+    if quantization == "none":
         yield
         return
     from trl.generation import vllm_generation
