@@ -3,9 +3,9 @@
 The 8B policy's seven projection shapes (Llama-3.1-8B: hidden 4,096, MLP 14,336, 8 key-value heads of 128), the
 preset's LoRA (rank 1, rsLoRA, alpha 64), the base frozen in bfloat16 and the adapter in float32 as PEFT keeps
 it, under bfloat16 autocast as the trainer runs them; ``--tokens`` rows per call (the preset's chunk: 2,100).
-For each projection and each way: milliseconds per forward + backward (median of ``--repeats``), and on a GPU
-the peak memory the call adds. The step estimate multiplies one layer's time by 32 layers and by the chunks of
-the preset's step (``--step-tokens`` / ``--tokens``); the step's own figure is benchmarks/gpu_grpo.py's.
+For each projection and each way (``WAYS``): milliseconds per forward + backward (median of ``--repeats``), and
+on a GPU the peak memory the call adds. The step estimate multiplies one layer's time by 32 layers and by the
+chunks of the preset's step (``--step-tokens`` / ``--tokens``); the step's own figure is benchmarks/gpu_grpo.py's.
 
     python benchmarks/lora_projection.py                      # the device there is (a GPU if one is visible)
     python benchmarks/lora_projection.py --tokens 256 --repeats 3 --device cpu
@@ -24,6 +24,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from arc_pipeline.training.speed import fused_lora
 from arc_pipeline.training.speed.fused_lora import fuse_lora_projections
 
 log = logging.getLogger("lora_projection")
@@ -93,15 +94,32 @@ def time_calls(model, inputs: torch.Tensor, repeats: int) -> tuple[float, float 
     return statistics.median(times), peak
 
 
+# the ways of computing the projections: PEFT's; train.fused_lora's (its rank-1 products as matrix-vector
+# products); the same function with those products as an elementwise product and a sum (in case the BLAS runs a
+# matrix-vector product in bfloat16 as the matrix-matrix kernel it replaces)
+WAYS = ("peft", "fused", "fused-reduce")
+
+
+def times_thin_by_reduction(matrix: torch.Tensor, thin: torch.Tensor) -> torch.Tensor:
+    """``matrix @ thin`` as a broadcast product summed over the contracted dimension (no BLAS call)."""
+    return (matrix.unsqueeze(-1) * thin.unsqueeze(0)).sum(dim=1)
+
+
 def measure(tokens: int, rank: int, repeats: int, device: str, projections=PROJECTIONS) -> list[Timing]:
     timings = []
     for name, width_in, width_out in projections:
         model = lora_projection(width_in, width_out, rank, device)
         inputs = torch.randn(tokens, width_in, device=device, dtype=torch.bfloat16)
-        for way in ("peft", "fused"):
+        for way in WAYS:
             if way == "fused":
                 fuse_lora_projections(model)
-            milliseconds, peak = time_calls(model, inputs, repeats)
+            products = fused_lora._times_thin
+            if way == "fused-reduce":
+                fused_lora._times_thin = times_thin_by_reduction
+            try:
+                milliseconds, peak = time_calls(model, inputs, repeats)
+            finally:
+                fused_lora._times_thin = products
             timings.append(Timing(name, way, milliseconds, peak))
             log.info("%s %s: %.3f ms", name, way, milliseconds)
         del model, inputs
@@ -111,25 +129,23 @@ def measure(tokens: int, rank: int, repeats: int, device: str, projections=PROJE
 def table(timings: list[Timing], tokens: int, step_tokens: int) -> str:
     by = {(t.projection, t.way): t for t in timings}
     names = list(dict.fromkeys(t.projection for t in timings))
-    lines = ["| projection | PEFT (ms) | fused (ms) | fused / PEFT | PEFT peak (MiB) | fused peak (MiB) |"]
-    lines.append("|---|---:|---:|---:|---:|---:|")
+    others = WAYS[1:]
+    header = ["projection", *(f"{way} (ms)" for way in WAYS), *(f"{way} / peft" for way in others)]
+    header += [f"{way} peak (MiB)" for way in WAYS]
+    lines = ["| " + " | ".join(header) + " |", "|---" + "|---:" * (len(header) - 1) + "|"]
+
+    def row(label: str, ms: dict[str, float], peaks: list[str]) -> str:
+        cells = [label, *(f"{ms[way]:.3f}" for way in WAYS), *(f"{ms[way] / ms['peft']:.2f}x" for way in others)]
+        return "| " + " | ".join(cells + peaks) + " |"
+
     for name in names:
-        peft, fused = by[(name, "peft")], by[(name, "fused")]
-        peaks = [f"{t.peak_mib:,.0f}" if t.peak_mib is not None else "-" for t in (peft, fused)]
-        ratio = fused.milliseconds / peft.milliseconds
-        lines.append(
-            f"| {name} | {peft.milliseconds:.3f} | {fused.milliseconds:.3f} | {ratio:.2f}x | {' | '.join(peaks)} |"
-        )
-    layer = {way: sum(by[(name, way)].milliseconds for name in names) for way in ("peft", "fused")}
-    lines.append(
-        f"| one layer | {layer['peft']:.3f} | {layer['fused']:.3f} | {layer['fused'] / layer['peft']:.2f}x | | |"
-    )
+        peaks = [f"{by[(name, way)].peak_mib:,.0f}" if by[(name, way)].peak_mib is not None else "-" for way in WAYS]
+        lines.append(row(name, {way: by[(name, way)].milliseconds for way in WAYS}, peaks))
+    layer = {way: sum(by[(name, way)].milliseconds for name in names) for way in WAYS}
+    lines.append(row("one layer", layer, [""] * len(WAYS)))
     chunks = step_tokens / tokens
-    step = {way: layer[way] * LAYERS * chunks / 1000 for way in layer}
-    lines.append(
-        f"| estimate: {LAYERS} layers x {chunks:.1f} chunks (s) | {step['peft']:.2f} | {step['fused']:.2f} | "
-        f"saves {step['peft'] - step['fused']:.2f} s | | |"
-    )
+    step = {way: layer[way] * LAYERS * chunks / 1000 for way in WAYS}
+    lines.append(row(f"estimate: {LAYERS} layers x {chunks:.1f} chunks (s)", step, [""] * len(WAYS)))
     return "\n".join(lines)
 
 

@@ -1,23 +1,34 @@
-"""benchmarks/lora_projection.py runs both ways on this CPU and tabulates them: each projection's PEFT and fused
-times with their ratio, the layer's sum, and the step estimate scaled by layers and chunks."""
+"""benchmarks/lora_projection.py runs every way on this CPU and tabulates them: each projection's times with
+their ratios to PEFT's, the layer's sums, and the step estimate scaled by layers and chunks; the function's
+products computed by reduction (one of the ways) give the matrix product."""
 
 from __future__ import annotations
 
-import re
+import torch
 
 from tests.benchmark_scripts import load_benchmark
 
+BENCH = load_benchmark("lora_projection")
 
-def test_the_benchmark_times_both_ways_and_scales_the_layer_to_a_step():
-    bench = load_benchmark("lora_projection")
-    timings = bench.measure(tokens=4, rank=1, repeats=1, device="cpu", projections=(("a", 16, 8), ("b", 8, 16)))
-    assert [(t.projection, t.way) for t in timings] == [("a", "peft"), ("a", "fused"), ("b", "peft"), ("b", "fused")]
+
+def test_the_benchmark_times_every_way_and_scales_the_layer_to_a_step():
+    timings = BENCH.measure(tokens=4, rank=1, repeats=1, device="cpu", projections=(("a", 16, 8), ("b", 8, 16)))
+    assert [(t.projection, t.way) for t in timings] == [(p, way) for p in "ab" for way in BENCH.WAYS]
     assert all(t.milliseconds > 0 and t.peak_mib is None for t in timings)
 
-    text = bench.table(timings, tokens=4, step_tokens=40)
-    layer = sum(t.milliseconds for t in timings if t.way == "peft")
-    rows = {line.split(" | ")[0].lstrip("| "): line for line in text.splitlines()}
-    assert set(rows) >= {"a", "b", "one layer", f"estimate: {bench.LAYERS} layers x 10.0 chunks (s)"}
-    assert f"| one layer | {layer:.3f} |" in text
-    estimate = re.search(r"chunks \(s\) \| ([0-9.]+) \|", text)
-    assert estimate and float(estimate.group(1)) == round(layer * bench.LAYERS * 10 / 1000, 2)
+    rows = {
+        line.split(" | ")[0].lstrip("| "): line.strip("| ").split(" | ")
+        for line in BENCH.table(timings, tokens=4, step_tokens=40).splitlines()
+    }
+    assert {"a", "b", "one layer", f"estimate: {BENCH.LAYERS} layers x 10.0 chunks (s)"} <= set(rows)
+    for index, way in enumerate(BENCH.WAYS, start=1):
+        layer = sum(t.milliseconds for t in timings if t.way == way)
+        assert rows["one layer"][index] == f"{layer:.3f}"
+        estimate = rows[f"estimate: {BENCH.LAYERS} layers x 10.0 chunks (s)"][index]
+        assert estimate == f"{layer * BENCH.LAYERS * 10 / 1000:.3f}"
+
+
+def test_products_by_reduction_are_the_matrix_products():
+    matrix, thin, column = torch.randn(5, 7), torch.randn(7, 2), torch.randn(5, 1)
+    torch.testing.assert_close(BENCH.times_thin_by_reduction(matrix, thin), matrix @ thin)
+    torch.testing.assert_close(BENCH.times_thin_by_reduction(matrix.t(), column), matrix.t() @ column)
