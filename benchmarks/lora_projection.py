@@ -64,10 +64,10 @@ def lora_projection(width_in: int, width_out: int, rank: int, device: str):
     return model
 
 
-def time_calls(model, inputs: torch.Tensor, repeats: int) -> tuple[float, float | None]:
-    """Median milliseconds of forward + backward, and the peak memory one call adds (MiB, GPU only)."""
+def time_calls(model, inputs: torch.Tensor, grad_out: torch.Tensor, repeats: int) -> tuple[float, float | None]:
+    """Median milliseconds of forward + backward (``grad_out``: the output's gradient), and the peak memory one
+    call adds (MiB, GPU only)."""
     device = inputs.device.type
-    grad_out = torch.randn(inputs.shape[0], model(inputs).shape[-1], device=inputs.device, dtype=torch.bfloat16)
 
     def call() -> None:
         x = inputs.detach().requires_grad_(True)
@@ -110,6 +110,7 @@ def measure(tokens: int, rank: int, repeats: int, device: str, projections=PROJE
     for name, width_in, width_out in projections:
         model = lora_projection(width_in, width_out, rank, device)
         inputs = torch.randn(tokens, width_in, device=device, dtype=torch.bfloat16)
+        grad_out = torch.randn(tokens, width_out, device=device, dtype=torch.bfloat16)
         for way in WAYS:
             if way == "fused":
                 fuse_lora_projections(model)
@@ -117,12 +118,12 @@ def measure(tokens: int, rank: int, repeats: int, device: str, projections=PROJE
             if way == "fused-reduce":
                 fused_lora._times_thin = times_thin_by_reduction
             try:
-                milliseconds, peak = time_calls(model, inputs, repeats)
+                milliseconds, peak = time_calls(model, inputs, grad_out, repeats)
             finally:
                 fused_lora._times_thin = products
             timings.append(Timing(name, way, milliseconds, peak))
             log.info("%s %s: %.3f ms", name, way, milliseconds)
-        del model, inputs
+        del model, inputs, grad_out
     return timings
 
 

@@ -3,8 +3,7 @@ online fp8 quantization) while the policy itself trains in bfloat16.
 
 Each decoding step (one token for each of the step's sequences) reads every weight once, so the engine's weight
 bytes bound much of the generation phase, the largest phase of the preset's step (benchmarks/README.md); fp8
-halves them. Two things in TRL's colocated
-engine assume unquantized weights, and this module replaces them:
+halves them. Two things in TRL's colocated engine assume unquantized weights, and this module replaces them:
 
 - TRL builds the engine with ``quantization=None`` (bitsandbytes models aside): :func:`engine_built_with` hands
   vLLM the setting while the trainer is constructed;
