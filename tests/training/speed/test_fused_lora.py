@@ -73,7 +73,11 @@ def test_fused_projections_give_peft_output_and_gradients(rank):
         assert grad.dtype == torch.float32  # the adapter's own dtype, as PEFT's
         assert_reordered_close(grad, expected[2][name], terms, name)
 
-    # under bfloat16 autocast: the output in bfloat16 as PEFT's, equal to within bfloat16 rounding
+    # under bfloat16 autocast: the output in bfloat16 as PEFT's, equal to within bfloat16 rounding. Both ways
+    # accumulate products in float32 and round to bfloat16 (unit roundoff 2**-8, 0.4%) at different places: the
+    # output passes at most four such roundings in either way (product, branch, scale, sum), so 2% of the scale;
+    # the gradients twice as many (the output's gradient, then the products back), so 5%. A bug (a missing
+    # scale, a dropped term) moves them by tens of per cent, as the float32 checks above show
     out_bf16, grad_x_bf16, grads_bf16 = output_and_gradients(model, inputs, autocast=True)
     assert out_bf16.dtype == expected_bf16[0].dtype == torch.bfloat16
     scale = float(expected_bf16[0].abs().max())
