@@ -130,8 +130,20 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "fused_lora": True,
         **LOSS_FORWARD_CORRECTION,
     },
+    # the colocated engine decodes the next step's completions on its own stream while this step trains
+    # (train.overlap_generation in colocate mode): decoding reads memory, training computes, on one GPU
+    "chunked-2k-overlap": {"backward_chunk_tokens": 2100, "overlap_generation": True, **LOSS_FORWARD_CORRECTION},
+    "chunked-2k-overlap-fp8-rollouts-fused-lora": {
+        "backward_chunk_tokens": 2100,
+        "overlap_generation": True,
+        "vllm_quantization": "fp8",
+        "fused_lora": True,
+        **LOSS_FORWARD_CORRECTION,
+    },
     # diagnostic: the preset's step (chunked-2k), its third step under torch.profiler
     "chunked-2k-profile": {"backward_chunk_tokens": 2100},
+    # diagnostic: the same with train.fused_lora, to see what the fused branches left of the profile's thin products
+    "chunked-2k-fused-lora-profile": {"backward_chunk_tokens": 2100, "fused_lora": True},
     # diagnostic, not a lever (it changes what is sampled): what top-p and the repetition penalty cost the sampler
     "plain-sampler": {"top_p": 1.0, "repetition_penalty": 1.0},
     "unsloth": {"backend": "unsloth"},
@@ -202,7 +214,7 @@ VARIANT_ENVIRONMENT: dict[str, dict[str, str]] = {
     "chunked-2k-flashinfer-sampler": {"VLLM_USE_FLASHINFER_SAMPLER": "1"},
     "chunked-2k-fused-lora-flashinfer-sampler": {"VLLM_USE_FLASHINFER_SAMPLER": "1"},
 }
-PROFILED_STEP = {"profile": 3, "chunked-2k-profile": 3}
+PROFILED_STEP = {"profile": 3, "chunked-2k-profile": 3, "chunked-2k-fused-lora-profile": 3}
 PARAMETERS_8B = 8.03e9
 PHASES = ("generation", "weight_sync", "rewards", "logprobs", "prepare_other", "train", "optimizer", "step")
 

@@ -137,9 +137,9 @@ class TrainConfig(LoraSettings):
     )
     overlap_generation: bool = Field(
         False,
-        description="server mode: the server decodes the next step's completions while the training processes "
-        "train on this step's, so each completion is one update old; needs vllm_importance_sampling_correction, "
-        "which reweights for it (arc_pipeline/training/processes/overlap.py). Off = on-policy, as published",
+        description="the engine decodes the next step's completions while the policy trains on this step's (server: "
+        "on its GPUs; colocate: on the same GPU, its own stream): one update old, so it needs "
+        "vllm_importance_sampling_correction (arc_pipeline/training/processes/overlap.py). Off: on-policy, published",
     )
     overlap_request_steps: PositiveInt = Field(
         1,

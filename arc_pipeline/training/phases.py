@@ -19,7 +19,7 @@ Plus ``memory/peak_allocated_gib`` (the PyTorch allocator's peak during the step
 allocations included), ``memory/reserved_gib`` (what the allocator holds at the step's end, cached blocks
 included), ``memory/device_used_gib`` (what the whole device has in use at the step's end) and
 ``memory/host_peak_gib`` (the process's peak resident memory). On a GPU the clock is read after
-``torch.cuda.synchronize()``, so queued kernels are counted in the phase that launched them.
+synchronizing the training thread's CUDA stream, so queued kernels are counted in the phase that launched them.
 """
 
 from __future__ import annotations
@@ -53,7 +53,9 @@ class PhaseTimer(TrainerCallback):
         if self._cuda:
             import torch
 
-            torch.cuda.synchronize()
+            # this thread's stream, not the device: a colocated engine decoding on its own stream beside training
+            # (train.overlap_generation) is not this phase's work
+            torch.cuda.current_stream().synchronize()
         return time.perf_counter()
 
     def _timed(self, phase: str | Callable[[], str], method: Callable[..., Any]) -> Callable[..., Any]:

@@ -27,6 +27,14 @@ reads generation batches ahead of those the trainer has taken, and hands the tra
 would have had (same order, same content). Every rank launches and takes a request at the same points of its
 step, so the collectives (gathering the prompts, broadcasting the completions) line up; only rank 0's HTTP
 request runs on a thread.
+
+**Colocate mode (one GPU):** the engine lives in the training process, so the request is the engine's own
+``generate`` on a background thread of every rank, each rank asking for its own prompts, on a CUDA stream of its
+own: the decode (bound by memory reads) runs beside the training passes (bound by arithmetic) on the same GPU. The
+stream waits for the weight sync before the request starts, and the training stream waits for the request's
+stream when its completions are taken, so neither reads the other's half-written tensors. A device-wide
+``torch.cuda.synchronize`` on the training thread would wait for the decode too (arc_pipeline/training/phases.py
+synchronizes the training stream only).
 """
 
 from __future__ import annotations
@@ -95,15 +103,15 @@ class _Request:
     rows: list[list[int]]  # rows[block][rank]
     num_generations: int
     thread: threading.Thread | None = None
-    output: dict[str, Any] | None = None
+    output: Any = None  # server: the client's answer; colocate: the engine's (prompt_ids, completion_ids, ...)
     error: BaseException | None = None
     done: threading.Event = field(default_factory=threading.Event)
 
 
 class OverlappedGeneration:
-    """Attach to a TRL ``GRPOTrainer`` in vLLM server mode with :meth:`attach`, after the other wrappers of its
-    engine (arc_pipeline/training/processes/weight_sync.py, arc_pipeline/training/phases.py), so that the wait for a
-    request counts as generation, not as weight sync."""
+    """Attach to a TRL ``GRPOTrainer`` in vLLM server or colocate mode with :meth:`attach`, after the other wrappers
+    of its engine (arc_pipeline/training/processes/weight_sync.py, arc_pipeline/training/phases.py), so that the wait
+    for a request counts as generation, not as weight sync."""
 
     def __init__(self, request_steps: int = 1) -> None:
         if request_steps < 1:
@@ -120,15 +128,31 @@ class OverlappedGeneration:
         self.requests_sent = 0
         self._inner_generate: Any = None
         self._inner_sync: Any = None
+        self.colocated = False
+        self.stream: Any = None  # colocate on a GPU: the requests' CUDA stream
+        self.device: Any = None
 
     # ------------------------------------------------------------------ wiring
 
     def attach(self, trainer: Any) -> OverlappedGeneration:
         engine = getattr(trainer, "vllm_generation", None)
-        if engine is None or getattr(engine, "mode", None) != "server":
-            raise ValueError("overlap_generation needs TRL's vLLM generation in server mode")
+        mode = getattr(engine, "mode", None)
+        if mode not in ("server", "colocate"):
+            raise ValueError("overlap_generation needs TRL's vLLM generation (server or colocate mode)")
+        if mode == "colocate" and (
+            getattr(engine, "enable_sleep_mode", False) or getattr(engine, "tensor_parallel_size", 1) != 1
+        ):
+            # a sleeping engine drops its weights between steps; tensor parallelism gathers prompts collectively
+            raise ValueError("overlap_generation in colocate mode needs an engine without sleep mode on one GPU")
         self.trainer = trainer
         self.engine = engine
+        self.colocated = mode == "colocate"
+        if self.colocated:
+            import torch
+
+            if torch.cuda.is_available() and not trainer.args.use_cpu:
+                self.device = torch.cuda.current_device()
+                self.stream = torch.cuda.Stream(device=self.device)
         self._inner_generate = engine.generate
         self._inner_sync = engine.sync_weights
         engine.generate = self.generate
@@ -233,7 +257,16 @@ class OverlappedGeneration:
         rows = [[len(rank_blocks[block]) for rank_blocks in every_rank] for block in range(count)]
         self._pay_owed_sync()  # the server decodes this request with the weights trained so far
         request = _Request(blocks=blocks, rows=rows, num_generations=num_generations)
-        if self.trainer.accelerator.is_main_process:
+        if self.colocated:  # every rank's own engine, its own prompts
+            if self.stream is not None:
+                import torch
+
+                self.stream.wait_stream(torch.cuda.current_stream())  # after the sync's weight writes
+            request.thread = threading.Thread(
+                target=self._generate_here, args=(request,), name="overlap-generation", daemon=True
+            )
+            request.thread.start()
+        elif self.trainer.accelerator.is_main_process:
             unique = request_prompts(every_rank, num_generations)
             request.thread = threading.Thread(
                 target=self._ask_server, args=(request, unique), name="overlap-generation", daemon=True
@@ -263,11 +296,36 @@ class OverlappedGeneration:
         finally:
             request.done.set()
 
+    def _generate_here(self, request: _Request) -> None:
+        """Colocate mode: the engine's own generate for all the request's steps at once (more sequences per decode
+        step), on the requests' stream."""
+        from contextlib import nullcontext
+
+        prompts = [prompt for block in request.blocks for prompt in block]
+        try:
+            if self.stream is not None:
+                import torch
+
+                torch.cuda.set_device(self.device)  # the current device is per thread
+                on_stream = torch.cuda.stream(self.stream)
+            else:
+                on_stream = nullcontext()
+            with on_stream:
+                request.output = self._inner_generate(prompts, None, request.num_generations)
+        except BaseException as error:  # raised on the training thread when the result is taken
+            request.error = error
+        finally:
+            request.done.set()
+
     def _settle(self) -> None:
         """Wait for the request in flight (its result stays for :meth:`generate` to take)."""
         request = self.pending
         if request is not None and request.thread is not None:
             request.done.wait()
+            if self.stream is not None:
+                import torch
+
+                torch.cuda.current_stream().wait_stream(self.stream)
 
     def _keep(self, request: _Request | None) -> None:
         """Rank 0's answer to ``request``, broadcast; this rank's rows of each of its steps, kept in order, each as
@@ -275,6 +333,9 @@ class OverlappedGeneration:
         from accelerate.utils import broadcast_object_list
 
         assert request is not None
+        if self.colocated:
+            self._keep_local(request)
+            return
         accelerator = self.trainer.accelerator
         payload = None
         if accelerator.is_main_process:
@@ -309,3 +370,20 @@ class OverlappedGeneration:
                 None if all_logprob_token_ids is None else all_logprob_token_ids[mine],
             )
             self.kept.append((prompts, result))
+
+    def _keep_local(self, request: _Request) -> None:
+        """Colocate mode: this rank's own answer, cut into its steps, each as the engine's generate returns it."""
+        request.done.wait()
+        if request.error is not None:
+            raise RuntimeError(f"overlap_generation: the colocated engine's request failed: {request.error}") from (
+                request.error
+            )
+        if self.stream is not None:
+            import torch
+
+            torch.cuda.current_stream().wait_stream(self.stream)  # later weight writes come after the decode
+        start = 0
+        for prompts in request.blocks:
+            mine = slice(start, start + len(prompts))
+            start += len(prompts)
+            self.kept.append((prompts, tuple(None if column is None else column[mine] for column in request.output)))

@@ -17,7 +17,10 @@ def check_process_settings(config: Any) -> None:
         _require(
             "overlap_generation",
             {
-                "vllm_mode 'server' (the server decodes while the training GPUs train)": config.vllm_mode == "server",
+                "use_vllm: true (the engine decodes while the policy trains)": config.use_vllm,
+                "vllm_enable_sleep_mode: false (a sleeping engine drops its weights between steps)": (
+                    not config.vllm_enable_sleep_mode
+                ),
                 "vllm_importance_sampling_correction: true (it reweights the completions sampled with older "
                 "weights)": config.vllm_importance_sampling_correction,
                 "online_multi_turn: false (its rollout generates turn by turn)": not config.online_multi_turn,

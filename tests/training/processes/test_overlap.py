@@ -2,9 +2,10 @@
 
 vLLM's server mode cannot run on a CPU (its weight sync is NCCL), so the server here is a stand-in that
 answers TRL's client call with deterministic completions after a delay, and records when and with which
-weights each request ran. Everything else is the real trainer on the tiny model: its data loader, sampler,
-loss, importance-sampling correction and training loop. The real server ran on the lent GPUs
-(benchmarks/README.md).
+weights each request ran; the same stand-in plays the colocated engine (its own ``generate``, called on the
+overlap's thread: tests/training/processes/test_colocated_request_thread.py shows a real engine answering there).
+Everything else is the real trainer on the tiny model: its data loader, sampler, loss, importance-sampling
+correction and training loop. The real server ran on the lent GPUs (benchmarks/README.md).
 """
 
 from __future__ import annotations
@@ -35,13 +36,14 @@ class Request:
 
 
 class StandInServer:
-    """TRL's server-mode engine (``trainer.vllm_generation``) and its client, both answered here."""
+    """TRL's server-mode engine (``trainer.vllm_generation``) and its client, both answered here; with ``mode``
+    "colocate", the engine in the training process (its ``generate`` is the request)."""
 
-    mode = "server"
     temperature, top_p, top_k, min_p, repetition_penalty = 1.0, 1.0, 0, None, 1.0
     logprobs, structured_outputs_regex, generation_kwargs = 0, None, {}
 
-    def __init__(self, max_completion_length: int, vocab: int) -> None:
+    def __init__(self, max_completion_length: int, vocab: int, mode: str = "server") -> None:
+        self.mode = mode
         self.hold: dict[int, threading.Event] = {}  # request index -> answer only once it is set (or after 60 s)
         self.max_completion_length = max_completion_length
         self.vocab = vocab
@@ -56,12 +58,15 @@ class StandInServer:
         self.busy.release()
 
     def generate(self, prompts, images, num_generations, profiler=None):
-        """The engine's own (synchronous) call: one row per completion, as TRL's server branch returns it."""
+        """The engine's own call: one row per completion, as TRL's server and colocate branches return it."""
+        if self.mode == "colocate":  # one completion per prompt row, as colocate's vLLM call (n=1) makes them
+            output = self._answer(prompts, 1, sample_of=lambda row: row % num_generations)
+            return output["prompt_ids"], output["completion_ids"], output["logprobs"], None
         output = self._answer(prompts[::num_generations], num_generations)
         prompt_ids = [ids for ids in output["prompt_ids"] for _ in range(num_generations)]
         return prompt_ids, output["completion_ids"], output["logprobs"], None
 
-    def _answer(self, prompts: list[list[int]], n: int) -> dict:
+    def _answer(self, prompts: list[list[int]], n: int, sample_of=lambda row: 0) -> dict:
         with self.busy:
             request = Request(prompts, self.weights, threading.current_thread().name, time.monotonic())
             self.requests.append(request)
@@ -69,8 +74,8 @@ class StandInServer:
             if (event := self.hold.get(len(self.requests) - 1)) is not None:
                 request.released = event.wait(timeout=60)
             completions = []
-            for prompt in prompts:
-                for sample in range(n):
+            for row, prompt in enumerate(prompts):
+                for sample in range(sample_of(row), sample_of(row) + n):
                     seed = hashlib.sha256(f"{prompt}/{sample}".encode()).digest()
                     completions.append([10 + b % (self.vocab - 20) for b in seed[: self.max_completion_length]])
             request.ended = time.monotonic()
@@ -105,21 +110,23 @@ def zero_reward(completions, **_):
     return [0.0] * len(completions)
 
 
-def server_mode_trainer(tiny_model, dataset, run_dir, reward=zero_reward, **overrides):
+def server_mode_trainer(tiny_model, dataset, run_dir, reward=zero_reward, mode="server", **overrides):
     """``(trainer, stand-in server)``: TRL's trainer on the tiny model wired to the stand-in server as server mode's
     constructor would have wired it (it would also have connected to a real server)."""
     config = cpu_config(**{"vllm_importance_sampling_correction": True, "num_generations": 4, **overrides})
     trainer, _ = grpo_trainer(config, tiny_model, dataset, run_dir, reward)
-    server = StandInServer(config.max_completion_length, trainer.model.config.vocab_size)
+    server = StandInServer(config.max_completion_length, trainer.model.config.vocab_size, mode)
     trainer.use_vllm, trainer.vllm_generation, trainer._last_loaded_step = True, server, -1
     return trainer, server
 
 
-def run(tiny_model, dataset, run_dir, overlap: bool, steps: int, request_steps: int = 1, hold_until_step=None):
+def run(
+    tiny_model, dataset, run_dir, overlap: bool, steps: int, request_steps: int = 1, hold_until_step=None, mode="server"
+):
     """Train ``steps`` steps against the stand-in server: (server, prompts trained per step, step start times,
     the overlap object or None). ``hold_until_step`` {request index: step}: that request is answered only once
     that step has begun training (or after a timeout, which the request records)."""
-    trainer, server = server_mode_trainer(tiny_model, dataset, run_dir, max_steps=steps)
+    trainer, server = server_mode_trainer(tiny_model, dataset, run_dir, mode=mode, max_steps=steps)
     hold_until_step = hold_until_step or {}
     server.hold = {index: threading.Event() for index in hold_until_step}
     trained: list[list[str]] = []
@@ -147,12 +154,13 @@ def run(tiny_model, dataset, run_dir, overlap: bool, steps: int, request_steps: 
     return server, trained, step_started, overlapped
 
 
-def test_the_next_steps_completions_are_sampled_while_this_step_trains(tiny_model, tmp_path):
+@pytest.mark.parametrize("mode", ["server", "colocate"])
+def test_the_next_steps_completions_are_sampled_while_this_step_trains(tiny_model, tmp_path, mode):
     dataset = distinct_prompts_dataset(tiny_model, tmp_path / "refine.parquet", 16)
     steps = 4
-    plain, plain_trained, _, _ = run(tiny_model, dataset, tmp_path / "plain", overlap=False, steps=steps)
+    plain, plain_trained, _, _ = run(tiny_model, dataset, tmp_path / "plain", overlap=False, steps=steps, mode=mode)
     server, trained, step_started, overlapped = run(
-        tiny_model, dataset, tmp_path / "overlap", overlap=True, steps=steps
+        tiny_model, dataset, tmp_path / "overlap", overlap=True, steps=steps, mode=mode
     )
 
     # the trainer trained on exactly the batches it takes without overlap, in the same order
@@ -162,7 +170,7 @@ def test_the_next_steps_completions_are_sampled_while_this_step_trains(tiny_mode
     assert [r.prompts for r in server.requests] == [r.prompts for r in plain.requests]
     assert overlapped.prefetched_steps == steps - 1 and overlapped.synchronous_steps == 1
     # step 0 waits for its own request; step t+1's was sent right after step t's weight sync (t+1 syncs), from
-    # rank 0's background thread: its completions are exactly one update old
+    # rank 0's background thread (colocate: every rank's): its completions are exactly one update old
     assert server.requests[0].thread == threading.main_thread().name
     for step, request in enumerate(server.requests[1:], start=1):
         assert request.weights == step and request.thread == "overlap-generation"
@@ -266,7 +274,11 @@ def test_the_correction_from_the_loss_forward_is_trls_without_its_extra_forward(
 @pytest.mark.parametrize(
     ("overrides", "named"),
     [
-        ({"use_vllm": True, "vllm_importance_sampling_correction": True}, "vllm_mode 'server'"),
+        ({"vllm_importance_sampling_correction": True}, "use_vllm: true"),
+        (
+            {"use_vllm": True, "vllm_importance_sampling_correction": True, "vllm_enable_sleep_mode": True},
+            "vllm_enable_sleep_mode: false",
+        ),
         ({"use_vllm": True, "vllm_mode": "server"}, "vllm_importance_sampling_correction"),
         (
             {
@@ -283,6 +295,7 @@ def test_overlap_names_the_settings_it_needs(overrides, named):
     with pytest.raises(ValueError, match=named):
         TrainConfig(overlap_generation=True, **overrides)
     TrainConfig(use_vllm=True, vllm_mode="server", vllm_importance_sampling_correction=True, overlap_generation=True)
+    TrainConfig(use_vllm=True, vllm_importance_sampling_correction=True, overlap_generation=True)  # colocate
 
 
 @pytest.mark.parametrize(
