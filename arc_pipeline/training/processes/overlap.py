@@ -321,11 +321,24 @@ class OverlappedGeneration:
         """Wait for the request in flight (its result stays for :meth:`generate` to take)."""
         request = self.pending
         if request is not None and request.thread is not None:
-            request.done.wait()
-            if self.stream is not None:
-                import torch
+            self._wait(request)
 
-                torch.cuda.current_stream().wait_stream(self.stream)
+    def _wait(self, request: _Request) -> None:
+        """Until ``request`` has answered; in colocate mode on a GPU the training stream then waits for the request's
+        stream too, so later weight writes come after the decode."""
+        request.done.wait()
+        if self.stream is not None:
+            import torch
+
+            torch.cuda.current_stream().wait_stream(self.stream)
+
+    def _answer(self, request: _Request) -> Any:
+        """``request``'s output once it has answered, its error raised here, on the training thread."""
+        self._wait(request)
+        if request.error is not None:
+            where = "the colocated engine's" if self.colocated else "the vLLM server"
+            raise RuntimeError(f"overlap_generation: {where} request failed: {request.error}") from request.error
+        return request.output
 
     def _keep(self, request: _Request | None) -> None:
         """Rank 0's answer to ``request``, broadcast; this rank's rows of each of its steps, kept in order, each as
@@ -339,12 +352,7 @@ class OverlappedGeneration:
         accelerator = self.trainer.accelerator
         payload = None
         if accelerator.is_main_process:
-            request.done.wait()
-            if request.error is not None:
-                raise RuntimeError(f"overlap_generation: the vLLM server request failed: {request.error}") from (
-                    request.error
-                )
-            output = request.output
+            output = self._answer(request)
             payload = (
                 output["prompt_ids"],
                 output["completion_ids"],
@@ -373,17 +381,9 @@ class OverlappedGeneration:
 
     def _keep_local(self, request: _Request) -> None:
         """Colocate mode: this rank's own answer, cut into its steps, each as the engine's generate returns it."""
-        request.done.wait()
-        if request.error is not None:
-            raise RuntimeError(f"overlap_generation: the colocated engine's request failed: {request.error}") from (
-                request.error
-            )
-        if self.stream is not None:
-            import torch
-
-            torch.cuda.current_stream().wait_stream(self.stream)  # later weight writes come after the decode
+        output = self._answer(request)
         start = 0
         for prompts in request.blocks:
             mine = slice(start, start + len(prompts))
             start += len(prompts)
-            self.kept.append((prompts, tuple(None if column is None else column[mine] for column in request.output)))
+            self.kept.append((prompts, tuple(None if column is None else column[mine] for column in output)))

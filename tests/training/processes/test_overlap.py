@@ -182,6 +182,23 @@ def test_the_next_steps_completions_are_sampled_while_this_step_trains(tiny_mode
     assert [r.weights for r in plain.requests] == list(range(1, steps + 1))
 
 
+def test_a_colocated_request_that_fails_on_its_thread_stops_training_with_the_engines_error(tiny_model, tmp_path):
+    dataset = distinct_prompts_dataset(tiny_model, tmp_path / "refine.parquet", 16)
+    trainer, engine = server_mode_trainer(tiny_model, dataset, tmp_path / "run", mode="colocate", max_steps=3)
+    answer = engine.generate
+
+    def generate(*args, **kwargs):
+        if threading.current_thread().name == "overlap-generation":
+            raise MemoryError("CUDA out of memory while decoding")
+        return answer(*args, **kwargs)
+
+    engine.generate = generate
+    OverlappedGeneration().attach(trainer)
+    with pytest.raises(RuntimeError, match="colocated engine's request failed: CUDA out of memory while decoding"):
+        trainer.train()
+    assert trainer.state.global_step == 1  # the synchronous first step trained; the second took the failed answer
+
+
 def test_two_steps_per_request_are_sent_every_second_step_two_steps_ahead(tiny_model, tmp_path):
     dataset = distinct_prompts_dataset(tiny_model, tmp_path / "refine.parquet", 16)
     steps = 6
