@@ -3,9 +3,10 @@
 The 8B policy's seven projection shapes (Llama-3.1-8B: hidden 4,096, MLP 14,336, 8 key-value heads of 128), the
 preset's LoRA (rank 1, rsLoRA, alpha 64), the base frozen in bfloat16 and the adapter in float32 as PEFT keeps
 it, under bfloat16 autocast as the trainer runs them; ``--tokens`` rows per call (the preset's chunk: 2,100).
-For each projection and each way (``WAYS``): milliseconds per forward + backward (median of ``--repeats``), and
-on a GPU the peak memory the call adds. The step estimate multiplies one layer's time by 32 layers and by the
-chunks of the preset's step (``--step-tokens`` / ``--tokens``); the step's own figure is benchmarks/gpu_grpo.py's.
+For each projection and each way (``WAYS``; the frozen projection alone is one, to show what the branch adds):
+milliseconds per forward + backward (median of ``--repeats``), and on a GPU the peak memory the call adds. The
+step estimate multiplies one layer's time by 32 layers and by the chunks of the preset's step (``--step-tokens``
+/ ``--tokens``); the step's own figure is benchmarks/gpu_grpo.py's.
 
     python benchmarks/lora_projection.py                      # the device there is (a GPU if one is visible)
     python benchmarks/lora_projection.py --tokens 256 --repeats 3 --device cpu
@@ -96,8 +97,9 @@ def time_calls(model, inputs: torch.Tensor, grad_out: torch.Tensor, repeats: int
 
 # the ways of computing the projections: PEFT's; train.fused_lora's (its rank-1 products as matrix-vector
 # products); the same function with those products as an elementwise product and a sum (in case the BLAS runs a
-# matrix-vector product in bfloat16 as the matrix-matrix kernel it replaces)
-WAYS = ("peft", "fused", "fused-reduce")
+# matrix-vector product in bfloat16 as the matrix-matrix kernel it replaces); and the frozen projection alone,
+# without its LoRA branch (what any way of computing the branch costs on top of it)
+WAYS = ("peft", "fused", "fused-reduce", "base")
 
 
 def times_thin_by_reduction(matrix: torch.Tensor, thin: torch.Tensor) -> torch.Tensor:
@@ -117,8 +119,9 @@ def measure(tokens: int, rank: int, repeats: int, device: str, projections=PROJE
             products = fused_lora._times_thin
             if way == "fused-reduce":
                 fused_lora._times_thin = times_thin_by_reduction
+            timed = model.base_model.model[0].base_layer if way == "base" else model
             try:
-                milliseconds, peak = time_calls(model, inputs, grad_out, repeats)
+                milliseconds, peak = time_calls(timed, inputs, grad_out, repeats)
             finally:
                 fused_lora._times_thin = products
             timings.append(Timing(name, way, milliseconds, peak))
