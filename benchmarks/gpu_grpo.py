@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -513,6 +514,8 @@ def main() -> None:
     parser.add_argument("--report-only", action="store_true", help="print the table of the runs already made")
     args = parser.parse_args()
     if args.run_variant:
+        # the stage's own log lines (fused projections, overlap counts, warnings) into the variant's log
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         run_variant(args.work, args.run_variant, args.steps)
         return
     names = [name.strip() for name in args.variants.split(",") if name.strip()]

@@ -306,9 +306,18 @@ def train(
             ChunkedBackward(config.backward_chunk_tokens, shared_prompt=shared_prompt).attach(trainer)
         release_stranded_sync_buffers(trainer)  # server mode with vLLM < the fix of its issue 52950
         phases.attach(trainer)
-        if config.overlap_generation:  # last: its wait for the server counts as generation
-            OverlappedGeneration(config.overlap_request_steps).attach(trainer)
+        overlapped = None
+        if config.overlap_generation:  # last: its wait for the engine counts as generation
+            overlapped = OverlappedGeneration(config.overlap_request_steps).attach(trainer)
         trainer.train(resume_from_checkpoint=str(resume) if resume else None)
+        if overlapped is not None:
+            log.info(
+                "overlap_generation: %d steps trained on completions decoded during an earlier step, %d generated "
+                "synchronously, %d requests",
+                overlapped.prefetched_steps,
+                overlapped.synchronous_steps,
+                overlapped.requests_sent,
+            )
     if trainer.is_world_process_zero():
         share_like_umask(checkpoint_dir)  # checkpoints too are for colleagues to read (safetensors: 0600)
     state = trainer.state
