@@ -29,7 +29,8 @@ the stage's own launcher (arc_pipeline/training/launch.py) on the GPUs ``CUDA_VI
 variant the GPUs' memory is sampled with nvidia-smi into ``<work>/<variant>/gpu-memory.jsonl`` and the table
 shows each GPU's highest use while step 3 ran and while the last step ran. Separate invocations with disjoint
 ``CUDA_VISIBLE_DEVICES`` may run at once on one host, sharing ``--work`` once its inputs exist
-(``--report-only`` builds them).
+(``--report-only`` builds them). ``chunked-2k-overlap`` is the overlap on one GPU: the colocated engine decodes the
+next step on its own CUDA stream while this step trains.
 """
 
 from __future__ import annotations
