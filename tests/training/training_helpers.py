@@ -135,3 +135,19 @@ def preempt_after_first_step(command: list[str], metrics: Path) -> tuple[int, st
     process.send_signal(signal.SIGTERM)
     _, stderr = process.communicate(timeout=300)
     return process.returncode, stderr
+
+
+def result_of_engine_script(script: str, model: Path, folder: Path) -> dict:
+    """Run ``script`` (Python that builds a vLLM engine on ``model``, its first argument, and prints one line
+    ``RESULT <json>``) in a process of its own with the engine in that process, as TRL builds it; the JSON read."""
+    import os
+
+    path = folder / "engine_script.py"
+    path.write_text(script)
+    environment = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+    result = subprocess.run(
+        [sys.executable, str(path), str(model)], capture_output=True, text=True, timeout=600, env=environment
+    )
+    lines = [line for line in result.stdout.splitlines() if line.startswith("RESULT ")]
+    assert result.returncode == 0 and lines, result.stderr[-3000:]
+    return json.loads(lines[-1][len("RESULT ") :])

@@ -6,13 +6,10 @@ variant chunked-2k-overlap.)"""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
+from training_helpers import result_of_engine_script
 
 THREAD_SCRIPT = textwrap.dedent(
     """
@@ -52,15 +49,7 @@ THREAD_SCRIPT = textwrap.dedent(
 
 @pytest.mark.slow
 def test_the_engine_in_the_process_answers_a_request_from_another_thread(tiny_model, tmp_path):
-    script = tmp_path / "thread.py"
-    script.write_text(THREAD_SCRIPT)
-    environment = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}  # the engine in the process, as TRL's
-    result = subprocess.run(
-        [sys.executable, str(script), str(tiny_model)], capture_output=True, text=True, timeout=600, env=environment
-    )
-    lines = [line for line in result.stdout.splitlines() if line.startswith("RESULT ")]
-    assert result.returncode == 0 and lines, result.stderr[-3000:]
-    read = json.loads(lines[-1][len("RESULT ") :])
+    read = result_of_engine_script(THREAD_SCRIPT, tiny_model, tmp_path)
     assert read["thread"] is not None, "the request on the background thread did not answer"
     for (tokens, logprobs), (thread_tokens, thread_logprobs) in zip(read["main"], read["thread"], strict=True):
         assert thread_tokens == tokens and len(tokens) == 12

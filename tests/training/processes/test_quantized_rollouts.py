@@ -5,13 +5,10 @@ unless TRL chose a quantization of its own; the settings it cannot work with are
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
+from training_helpers import result_of_engine_script
 
 from arc_pipeline.errors import PipelineError
 from arc_pipeline.training.config import TrainConfig
@@ -61,15 +58,7 @@ RELOAD_SCRIPT = textwrap.dedent(
 
 @pytest.mark.slow
 def test_the_sync_by_reload_puts_the_policys_weights_in_a_real_engine(tiny_model, tmp_path):
-    script = tmp_path / "reload.py"
-    script.write_text(RELOAD_SCRIPT)
-    environment = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}  # the engine in the process, as TRL's
-    result = subprocess.run(
-        [sys.executable, str(script), str(tiny_model)], capture_output=True, text=True, timeout=600, env=environment
-    )
-    lines = [line for line in result.stdout.splitlines() if line.startswith("RESULT ")]
-    assert result.returncode == 0 and lines, result.stderr[-3000:]
-    read = json.loads(lines[-1][len("RESULT ") :])
+    read = result_of_engine_script(RELOAD_SCRIPT, tiny_model, tmp_path)
     assert read["synced"] == read["parameters"]  # every weight went through the reload
     assert read["after"] == pytest.approx(read["expected"], abs=1e-4)  # the engine now computes the new policy
     assert max(abs(a - b) for a, b in zip(read["after"], read["before"], strict=True)) > 0.05
