@@ -130,7 +130,6 @@ class OverlappedGeneration:
         self._inner_sync: Any = None
         self.colocated = False
         self.stream: Any = None  # colocate on a GPU: the requests' CUDA stream
-        self.device: Any = None
 
     # ------------------------------------------------------------------ wiring
 
@@ -151,8 +150,7 @@ class OverlappedGeneration:
             import torch
 
             if torch.cuda.is_available() and not trainer.args.use_cpu:
-                self.device = torch.cuda.current_device()
-                self.stream = torch.cuda.Stream(device=self.device)
+                self.stream = torch.cuda.Stream(device=torch.cuda.current_device())
         self._inner_generate = engine.generate
         self._inner_sync = engine.sync_weights
         engine.generate = self.generate
@@ -306,7 +304,7 @@ class OverlappedGeneration:
             if self.stream is not None:
                 import torch
 
-                torch.cuda.set_device(self.device)  # the current device is per thread
+                torch.cuda.set_device(self.stream.device)  # the current device is per thread
                 on_stream = torch.cuda.stream(self.stream)
             else:
                 on_stream = nullcontext()
@@ -343,12 +341,12 @@ class OverlappedGeneration:
     def _keep(self, request: _Request | None) -> None:
         """Rank 0's answer to ``request``, broadcast; this rank's rows of each of its steps, kept in order, each as
         TRL's server-mode generate returns it."""
-        from accelerate.utils import broadcast_object_list
-
         assert request is not None
         if self.colocated:
             self._keep_local(request)
             return
+        from accelerate.utils import broadcast_object_list
+
         accelerator = self.trainer.accelerator
         payload = None
         if accelerator.is_main_process:
