@@ -29,12 +29,18 @@ step, so the collectives (gathering the prompts, broadcasting the completions) l
 request runs on a thread.
 
 **Colocate mode (one GPU):** the engine lives in the training process, so the request is the engine's own
-``generate`` on a background thread of every rank, each rank asking for its own prompts, on a CUDA stream of its
-own: the decode (bound by memory reads) runs beside the training passes (bound by arithmetic) on the same GPU. The
-stream waits for the weight sync before the request starts, and the training stream waits for the request's
-stream when its completions are taken, so neither reads the other's half-written tensors. A device-wide
-``torch.cuda.synchronize`` on the training thread would wait for the decode too (arc_pipeline/training/phases.py
-synchronizes the training stream only).
+``generate`` on a background thread of every rank, each rank asking for its own prompts: the decode (bound by
+memory reads) runs beside the training passes (bound by arithmetic) on the same GPU, on two CUDA streams. The
+engine keeps the stream it was built on (vLLM makes a stream of its own the building thread's current one), and
+everything it does (the weight sync, the synchronous generations, the requests) runs there; training moves to a
+stream of its own at :meth:`OverlappedGeneration.attach`. Both halves matter: PyTorch's caching allocator hands a
+freed block to later allocations *of the stream that allocated it*, so an engine tensor allocated on one stream and
+freed after work on another is handed out while that work still reads it. With the engine on a second stream
+while its build-time and first-step tensors sat on the training stream, an 8B run on an H200 hit an illegal memory
+access at the second step, twice (benchmarks/README.md). The engine's stream waits for the training stream before
+the engine starts (the sync reads the trained weights), and the training stream for the engine's when its
+completions are taken. A device-wide ``torch.cuda.synchronize`` on the training thread would wait for the decode too
+(arc_pipeline/training/phases.py synchronizes the training stream only).
 """
 
 from __future__ import annotations
@@ -43,6 +49,7 @@ import logging
 import threading
 from collections import deque
 from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -129,7 +136,7 @@ class OverlappedGeneration:
         self._inner_generate: Any = None
         self._inner_sync: Any = None
         self.colocated = False
-        self.stream: Any = None  # colocate on a GPU: the requests' CUDA stream
+        self.stream: Any = None  # colocate on a GPU: the engine's CUDA stream (training has another)
 
     # ------------------------------------------------------------------ wiring
 
@@ -150,7 +157,11 @@ class OverlappedGeneration:
             import torch
 
             if torch.cuda.is_available() and not trainer.args.use_cpu:
-                self.stream = torch.cuda.Stream(device=torch.cuda.current_device())
+                # the stream the engine was built on (and allocated on) stays the engine's; training moves
+                self.stream = torch.cuda.current_stream()
+                training = torch.cuda.Stream(device=self.stream.device)
+                training.wait_stream(self.stream)
+                torch.cuda.set_stream(training)
         self._inner_generate = engine.generate
         self._inner_sync = engine.sync_weights
         engine.generate = self.generate
@@ -197,7 +208,8 @@ class OverlappedGeneration:
             self.pending = None
             self.kept.clear()
             self._pay_owed_sync()
-            result = self._inner_generate(prompts, images, num_generations, profiler, **kwargs)
+            with self._on_engine_stream():
+                result = self._inner_generate(prompts, images, num_generations, profiler, **kwargs)
             self.synchronous_steps += int(training)
         if ours and self.pending is None:
             self._launch_next(num_generations)
@@ -216,7 +228,23 @@ class OverlappedGeneration:
         if self.owed_sync is not None:
             args, kwargs = self.owed_sync
             self.owed_sync = None
-            self._inner_sync(*args, **kwargs)
+            with self._on_engine_stream():
+                self._inner_sync(*args, **kwargs)
+
+    @contextmanager
+    def _on_engine_stream(self) -> Iterator[None]:
+        """Engine work called from the training thread, with nothing in flight: on the engine's stream, after the
+        training stream's work so far (the trained weights), and the training stream waits for it."""
+        if self.stream is None:
+            yield
+            return
+        import torch
+
+        training = torch.cuda.current_stream()
+        self.stream.wait_stream(training)
+        with torch.cuda.stream(self.stream):
+            yield
+        training.wait_stream(self.stream)
 
     def _steps_per_block(self) -> int:
         args = self.trainer.args
@@ -255,11 +283,7 @@ class OverlappedGeneration:
         rows = [[len(rank_blocks[block]) for rank_blocks in every_rank] for block in range(count)]
         self._pay_owed_sync()  # the server decodes this request with the weights trained so far
         request = _Request(blocks=blocks, rows=rows, num_generations=num_generations)
-        if self.colocated:  # every rank's own engine, its own prompts
-            if self.stream is not None:
-                import torch
-
-                self.stream.wait_stream(torch.cuda.current_stream())  # after the sync's weight writes
+        if self.colocated:  # every rank's own engine, its own prompts, on the engine's stream after the sync
             request.thread = threading.Thread(
                 target=self._generate_here, args=(request,), name="overlap-generation", daemon=True
             )
@@ -296,9 +320,7 @@ class OverlappedGeneration:
 
     def _generate_here(self, request: _Request) -> None:
         """Colocate mode: the engine's own generate for all the request's steps at once (more sequences per decode
-        step), on the requests' stream."""
-        from contextlib import nullcontext
-
+        step), on the engine's stream."""
         prompts = [prompt for block in request.blocks for prompt in block]
         try:
             if self.stream is not None:
@@ -322,7 +344,7 @@ class OverlappedGeneration:
             self._wait(request)
 
     def _wait(self, request: _Request) -> None:
-        """Until ``request`` has answered; in colocate mode on a GPU the training stream then waits for the request's
+        """Until ``request`` has answered; in colocate mode on a GPU the training stream then waits for the engine's
         stream too, so later weight writes come after the decode."""
         request.done.wait()
         if self.stream is not None:
