@@ -142,6 +142,13 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "fused_lora": True,
         **LOSS_FORWARD_CORRECTION,
     },
+    # the same, training's stream scheduled first (train.overlap_training_first): the decode fills what it leaves
+    "chunked-2k-overlap-training-first": {
+        "backward_chunk_tokens": 2100,
+        "overlap_generation": True,
+        "overlap_training_first": True,
+        **LOSS_FORWARD_CORRECTION,
+    },
     # diagnostic: the preset's step (chunked-2k), its third step under torch.profiler
     "chunked-2k-profile": {"backward_chunk_tokens": 2100},
     # diagnostic: the same with train.fused_lora, to see what the fused branches left of the profile's thin products

@@ -16,7 +16,7 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from arc_pipeline.training.config import CollapseGuardConfig
+from arc_pipeline.training.collapse_settings import CollapseGuardConfig
 
 log = logging.getLogger(__name__)
 

@@ -52,6 +52,7 @@ _NOT_IN_FINGERPRINT = {
     # one update of staleness, reweighted: a run may switch it and resume (left out, older checkpoints match)
     "overlap_generation",
     "overlap_request_steps",
+    "overlap_training_first",
     # the same ratio from another forward of the same weights
     "importance_sampling_from_loss_forward",
     # how the loss's gradient is computed, not what it is (and left out, checkpoints written before the field

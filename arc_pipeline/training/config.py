@@ -17,33 +17,11 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
 
 from arc_pipeline.generation.engine import KvCacheDtype
 from arc_pipeline.scoring.rewards import REWARD_NAMES
+from arc_pipeline.training.collapse_settings import CollapseGuardConfig
 from arc_pipeline.training.processes.settings import check_process_settings
 from arc_pipeline.training.speed.settings import check_speed_settings
 
 ALL_PROJECTIONS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
-
-
-class CollapseGuardConfig(BaseModel):
-    """Stop training when it collapses into long, repetitive or gibberish outputs (docs/defaults.md).
-    A set threshold crossed in ``patience`` consecutive logging windows stops training; the stage keeps the best
-    checkpoint saved before the streak began (highest mean reward since the previous one). Off by default."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    max_truncated_share: float | None = Field(
-        None, ge=0, le=1, description="collapse when TRL's completions/clipped_ratio exceeds this (e.g. 0.3)"
-    )
-    min_entropy: float | None = Field(
-        None, ge=0, description="collapse when the mean token entropy (nats) falls below this (mode collapse)"
-    )
-    max_entropy: float | None = Field(
-        None, ge=0, description="collapse when the mean token entropy (nats) rises above this (gibberish)"
-    )
-    patience: PositiveInt = Field(3, description="consecutive offending logging windows before stopping")
-
-    @property
-    def enabled(self) -> bool:
-        return any(v is not None for v in (self.max_truncated_share, self.min_entropy, self.max_entropy))
 
 
 class LoraSettings(BaseModel):
@@ -147,6 +125,11 @@ class TrainConfig(LoraSettings):
         "decoded while this step trains (one update old); 2 = the two steps after the next, sent one request "
         "every two steps (two and three updates old), for layouts whose server needs more than a step to decode "
         "one step's completions (docs/multi-gpu.md)",
+    )
+    overlap_training_first: bool = Field(
+        False,
+        description="colocate overlap_generation: training's CUDA stream gets the GPU's higher scheduling priority, so "
+        "the decode takes what training leaves idle. Scheduling only: what is learned does not change",
     )
     training_processes: PositiveInt = Field(
         1,

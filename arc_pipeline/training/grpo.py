@@ -308,7 +308,8 @@ def train(
         phases.attach(trainer)
         overlapped = None
         if config.overlap_generation:  # last: its wait for the engine counts as generation
-            overlapped = OverlappedGeneration(config.overlap_request_steps).attach(trainer)
+            overlapped = OverlappedGeneration(config.overlap_request_steps, config.overlap_training_first)
+            overlapped.attach(trainer)
         trainer.train(resume_from_checkpoint=str(resume) if resume else None)
         if overlapped is not None:
             log.info(

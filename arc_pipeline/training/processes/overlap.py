@@ -40,7 +40,9 @@ while its build-time and first-step tensors sat on the training stream, an 8B ru
 access at the second step, twice (benchmarks/README.md). The engine's stream waits for the training stream before
 the engine starts (the sync reads the trained weights), and the training stream for the engine's when its
 completions are taken. A device-wide ``torch.cuda.synchronize`` on the training thread would wait for the decode too
-(arc_pipeline/training/phases.py synchronizes the training stream only).
+(arc_pipeline/training/phases.py synchronizes the training stream only). Both streams share the GPU's SMs as its
+scheduler hands them out; ``train.overlap_training_first`` gives training's stream the higher priority, so the
+decode, which has the rest of the step to finish, takes what training leaves idle.
 """
 
 from __future__ import annotations
@@ -53,52 +55,9 @@ from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
+from arc_pipeline.training.processes.overlap_batches import Lookahead, request_prompts
+
 log = logging.getLogger(__name__)
-
-
-def request_prompts(every_rank: list[list[list[list[int]]]], num_generations: int) -> list[list[int]]:
-    """The distinct prompts one request asks for, ``every_rank[rank][block]`` being a rank's prompt rows of a step:
-    block by block, the rows of all ranks in rank order (TRL's global batch), one prompt per group of
-    ``num_generations`` consecutive rows. A group split over the ranks (2 ranks training 16 rows each of a group
-    of 32) is asked for once, as TRL's own server-mode generate asks; :meth:`OverlappedGeneration._keep` then gives
-    each rank its rows of the group's completions. Asking once per rank instead doubled the server's work and
-    shifted every later block's completions onto the wrong step."""
-    prompts: list[list[int]] = []
-    for block in range(len(every_rank[0])):
-        rows = [prompt for rank_blocks in every_rank for prompt in rank_blocks[block]]
-        if len(rows) % num_generations:
-            raise ValueError(
-                f"overlap_generation: a step of {len(rows)} prompt rows is not whole groups of "
-                f"num_generations {num_generations}"
-            )
-        prompts.extend(rows[::num_generations])
-    return prompts
-
-
-class _Lookahead:
-    """An epoch iterator that can show the batches after those it has given out."""
-
-    def __init__(self, iterator: Iterator[Any]) -> None:
-        self.iterator = iterator
-        self.buffer: deque[Any] = deque()
-        self.given = 0
-
-    def __iter__(self) -> _Lookahead:
-        return self
-
-    def __next__(self) -> Any:
-        batch = self.buffer.popleft() if self.buffer else next(self.iterator)
-        self.given += 1
-        return batch
-
-    def peek(self, offset: int) -> Any | None:
-        """The batch ``offset`` places after the last one given out, or None past the epoch's end."""
-        while len(self.buffer) <= offset:
-            try:
-                self.buffer.append(next(self.iterator))
-            except StopIteration:
-                return None
-        return self.buffer[offset]
 
 
 @dataclass
@@ -120,13 +79,14 @@ class OverlappedGeneration:
     of its engine (arc_pipeline/training/processes/weight_sync.py, arc_pipeline/training/phases.py), so that the wait
     for a request counts as generation, not as weight sync."""
 
-    def __init__(self, request_steps: int = 1) -> None:
+    def __init__(self, request_steps: int = 1, training_first: bool = False) -> None:
         if request_steps < 1:
             raise ValueError(f"overlap_request_steps must be at least 1, not {request_steps}")
         self.request_steps = request_steps
+        self.training_first = training_first  # colocate on a GPU: training's stream scheduled before the engine's
         self.trainer: Any = None
         self.engine: Any = None
-        self.lookahead: _Lookahead | None = None
+        self.lookahead: Lookahead | None = None
         self.pending: _Request | None = None
         self.kept: deque[tuple[list[list[int]], tuple]] = deque()  # (this rank's prompts, completions) per step
         self.owed_sync: tuple[tuple, dict] | None = None  # TRL's weight sync, deferred until the server is idle
@@ -159,7 +119,8 @@ class OverlappedGeneration:
             if torch.cuda.is_available() and not trainer.args.use_cpu:
                 # the stream the engine was built on (and allocated on) stays the engine's; training moves
                 self.stream = torch.cuda.current_stream()
-                training = torch.cuda.Stream(device=self.stream.device)
+                # a lower number is a higher priority; the engine's stream (vLLM's) has the default, 0
+                training = torch.cuda.Stream(device=self.stream.device, priority=-1 if self.training_first else 0)
                 training.wait_stream(self.stream)
                 torch.cuda.set_stream(training)
         self._inner_generate = engine.generate
@@ -171,7 +132,7 @@ class OverlappedGeneration:
         def get_batch_samples(epoch_iterator: Iterator[Any], num_batches: int, device: Any) -> Any:
             if self.lookahead is None or self.lookahead.iterator is not epoch_iterator:
                 # a new epoch (or the resumed run's skipping iterator): nothing read ahead of it yet
-                self.lookahead = _Lookahead(epoch_iterator)
+                self.lookahead = Lookahead(epoch_iterator)
             return inner_batches(self.lookahead, num_batches, device)
 
         # Trainer passes the same iterator object every step of an epoch; wrapping it once keeps the read-ahead.

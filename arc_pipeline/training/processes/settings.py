@@ -28,6 +28,11 @@ def check_process_settings(config: Any) -> None:
         )
     if config.overlap_request_steps > 1 and not config.overlap_generation:
         raise ValueError("overlap_request_steps > 1 needs overlap_generation: true")
+    if config.overlap_training_first and not (config.overlap_generation and config.vllm_mode == "colocate"):
+        raise ValueError(
+            "overlap_training_first orders the colocated engine's stream and training's on one GPU: it needs "
+            "overlap_generation: true and vllm_mode colocate"
+        )
     if config.importance_sampling_from_loss_forward:
         _require(
             "importance_sampling_from_loss_forward",

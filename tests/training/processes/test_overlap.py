@@ -319,6 +319,17 @@ def test_overlap_names_the_settings_it_needs(overrides, named):
     ("overrides", "named"),
     [
         ({"overlap_request_steps": 2}, "needs overlap_generation"),
+        ({"overlap_training_first": True}, "overlap_generation: true and vllm_mode colocate"),
+        (
+            {
+                "overlap_training_first": True,
+                "overlap_generation": True,
+                "use_vllm": True,
+                "vllm_mode": "server",
+                "vllm_importance_sampling_correction": True,
+            },
+            "overlap_generation: true and vllm_mode colocate",
+        ),
         ({"importance_sampling_from_loss_forward": True}, "vllm_importance_sampling_correction"),
         (
             {
