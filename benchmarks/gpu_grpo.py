@@ -149,6 +149,14 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "overlap_training_first": True,
         **LOSS_FORWARD_CORRECTION,
     },
+    # the same with each decoder layer compiled (train.compile_layers): fewer Python-level calls for the training
+    # thread, which shares the interpreter lock with the decoding thread
+    "chunked-2k-overlap-compile-layers": {
+        "backward_chunk_tokens": 2100,
+        "overlap_generation": True,
+        "compile_layers": True,
+        **LOSS_FORWARD_CORRECTION,
+    },
     # diagnostic: the preset's step (chunked-2k), its third step under torch.profiler
     "chunked-2k-profile": {"backward_chunk_tokens": 2100},
     # diagnostic: the same with train.fused_lora, to see what the fused branches left of the profile's thin products
