@@ -8,8 +8,13 @@ milliseconds per forward + backward (median of ``--repeats``), and on a GPU the 
 step estimate multiplies one layer's time by 32 layers and by the chunks of the preset's step (``--step-tokens``
 / ``--tokens``); the step's own figure is benchmarks/gpu_grpo.py's.
 
+With ``--profile``, instead: each way's layer (the seven projections, forward and backward) under torch.profiler,
+its kernels by device time (on a CPU: its operators by CPU time), to say which of a branch's products and adds
+cost what.
+
     python benchmarks/lora_projection.py                      # the device there is (a GPU if one is visible)
     python benchmarks/lora_projection.py --tokens 256 --repeats 3 --device cpu
+    python benchmarks/lora_projection.py --profile            # kernel tables, PEFT's way and the fused one
 """
 
 from __future__ import annotations
@@ -130,6 +135,46 @@ def measure(tokens: int, rank: int, repeats: int, device: str, projections=PROJE
     return timings
 
 
+def profile_layer(tokens: int, rank: int, repeats: int, device: str, projections=PROJECTIONS) -> dict[str, str]:
+    """For PEFT's way and the fused one: a kernel table of ``repeats`` forward + backward calls of each projection
+    (after one warm-up call each), sorted by device time (CPU time on a CPU)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
+    sort = "self_cuda_time_total" if device == "cuda" else "self_cpu_time_total"
+    models = [lora_projection(width_in, width_out, rank, device) for _, width_in, width_out in projections]
+    data = [
+        (
+            torch.randn(tokens, width_in, device=device, dtype=torch.bfloat16),
+            torch.randn(tokens, width_out, device=device, dtype=torch.bfloat16),
+        )
+        for _, width_in, width_out in projections
+    ]
+
+    def layer_call() -> None:
+        for model, (inputs, grad_out) in zip(models, data, strict=True):
+            x = inputs.detach().requires_grad_(True)
+            with torch.autocast(device, dtype=torch.bfloat16):
+                out = model(x)
+            out.backward(grad_out)
+
+    tables = {}
+    for way in ("peft", "fused"):
+        if way == "fused":
+            for model in models:
+                fuse_lora_projections(model)
+        layer_call()  # warm-up
+        if device == "cuda":
+            torch.cuda.synchronize()
+        with profile(activities=activities) as profiler:
+            for _ in range(repeats):
+                layer_call()
+            if device == "cuda":
+                torch.cuda.synchronize()
+        tables[way] = profiler.key_averages().table(sort_by=sort, row_limit=25, max_name_column_width=70)
+    return tables
+
+
 def table(timings: list[Timing], tokens: int, step_tokens: int) -> str:
     by = {(t.projection, t.way): t for t in timings}
     names = list(dict.fromkeys(t.projection for t in timings))
@@ -162,9 +207,15 @@ def main() -> None:
     parser.add_argument(
         "--step-tokens", type=int, default=40221, help="training tokens of one preset step (gpu_grpo.py's table)"
     )
+    parser.add_argument("--profile", action="store_true", help="kernel tables instead of the timing table")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     torch.manual_seed(0)
+    if args.profile:
+        for way, kernels in profile_layer(args.tokens, args.rank, args.repeats, args.device).items():
+            print(f"== {way}: one layer x {args.repeats} calls, {args.tokens} tokens per call, LoRA rank {args.rank}")
+            print(kernels)
+        return
     timings = measure(args.tokens, args.rank, args.repeats, args.device)
     name = torch.cuda.get_device_name() if args.device == "cuda" else "cpu"
     print(f"device {name}, torch {torch.__version__}, {args.tokens} tokens per call, LoRA rank {args.rank}")

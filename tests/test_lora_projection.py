@@ -32,3 +32,11 @@ def test_products_by_reduction_are_the_matrix_products():
     matrix, thin, column = torch.randn(5, 7), torch.randn(7, 2), torch.randn(5, 1)
     torch.testing.assert_close(BENCH.times_thin_by_reduction(matrix, thin), matrix @ thin)
     torch.testing.assert_close(BENCH.times_thin_by_reduction(matrix.t(), column), matrix.t() @ column)
+
+
+def test_the_profile_names_each_ways_operators():
+    """PEFT's way runs its branch as linear layers; the fused way as matrix-vector products and an outer product."""
+    tables = BENCH.profile_layer(tokens=4, rank=1, repeats=1, device="cpu", projections=(("a", 16, 8),))
+    assert set(tables) == {"peft", "fused"}
+    assert "aten::linear" in tables["peft"] and "aten::mv" not in tables["peft"]
+    assert "aten::mv" in tables["fused"] and "aten::addr_" in tables["fused"]
