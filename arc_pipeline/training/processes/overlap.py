@@ -35,7 +35,7 @@ engine keeps the stream it was built on (vLLM makes a stream of its own the buil
 everything it does (the weight sync, the synchronous generations, the requests) runs there; training moves to a
 stream of its own at :meth:`OverlappedGeneration.attach`. Both halves matter: PyTorch's caching allocator hands a
 freed block to later allocations *of the stream that allocated it*, so an engine tensor allocated on one stream and
-freed after work on another is handed out while that work still reads it. With the engine on a second stream
+freed after work on another can be handed out while that work still reads it. With the engine on a second stream
 while its build-time and first-step tensors sat on the training stream, an 8B run on an H200 hit an illegal memory
 access at the second step, twice (benchmarks/README.md). The engine's stream waits for the training stream before
 the engine starts (the sync reads the trained weights), and the training stream for the engine's when its
