@@ -70,24 +70,26 @@ def lora_projection(width_in: int, width_out: int, rank: int, device: str):
     return model
 
 
+def forward_backward(model, inputs: torch.Tensor, grad_out: torch.Tensor) -> None:
+    """One call as the trainer makes it: forward under bfloat16 autocast, backward from ``grad_out``."""
+    x = inputs.detach().requires_grad_(True)
+    with torch.autocast(inputs.device.type, dtype=torch.bfloat16):
+        out = model(x)
+    out.backward(grad_out)
+
+
 def time_calls(model, inputs: torch.Tensor, grad_out: torch.Tensor, repeats: int) -> tuple[float, float | None]:
     """Median milliseconds of forward + backward (``grad_out``: the output's gradient), and the peak memory one
     call adds (MiB, GPU only)."""
     device = inputs.device.type
 
-    def call() -> None:
-        x = inputs.detach().requires_grad_(True)
-        with torch.autocast(device, dtype=torch.bfloat16):
-            out = model(x)
-        out.backward(grad_out)
-
-    call()  # warm-up (cuBLAS handles, kernel choice)
+    forward_backward(model, inputs, grad_out)  # warm-up (cuBLAS handles, kernel choice)
     times = []
     for _ in range(repeats):
         if device == "cuda":
             torch.cuda.synchronize()
         start = time.perf_counter()
-        call()
+        forward_backward(model, inputs, grad_out)
         if device == "cuda":
             torch.cuda.synchronize()
         times.append((time.perf_counter() - start) * 1000)
@@ -95,7 +97,7 @@ def time_calls(model, inputs: torch.Tensor, grad_out: torch.Tensor, repeats: int
     if device == "cuda":
         torch.cuda.reset_peak_memory_stats()
         before = torch.cuda.memory_allocated()
-        call()
+        forward_backward(model, inputs, grad_out)
         peak = (torch.cuda.max_memory_allocated() - before) / 2**20
     return statistics.median(times), peak
 
@@ -153,10 +155,7 @@ def profile_layer(tokens: int, rank: int, repeats: int, device: str, projections
 
     def layer_call() -> None:
         for model, (inputs, grad_out) in zip(models, data, strict=True):
-            x = inputs.detach().requires_grad_(True)
-            with torch.autocast(device, dtype=torch.bfloat16):
-                out = model(x)
-            out.backward(grad_out)
+            forward_backward(model, inputs, grad_out)
 
     tables = {}
     for way in ("peft", "fused"):

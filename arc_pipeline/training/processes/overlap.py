@@ -306,7 +306,7 @@ class OverlappedGeneration:
 
     def _wait(self, request: _Request) -> None:
         """Until ``request`` has answered; in colocate mode on a GPU the training stream then waits for the engine's
-        stream too, so later weight writes come after the decode."""
+        stream too, so nothing training queues from here on runs before the request's kernels are done."""
         request.done.wait()
         if self.stream is not None:
             import torch
