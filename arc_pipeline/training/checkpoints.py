@@ -181,6 +181,28 @@ def _same_run(
     return False
 
 
+def _differences(recorded: dict, fingerprint: dict, defaults: dict | None, limit: int = 8) -> str:
+    """What separates the run that left a marker from this one, in words: the config fields whose values differ
+    (``field: old -> new``; a field the marker lacks only when off its default), a changed dataset or model; at
+    most ``limit`` config fields named."""
+    old_config, new_config = recorded.get("config") or {}, fingerprint.get("config") or {}
+    defaults = defaults or {}
+    absent = object()
+    fields = [
+        f"{key}: {old_config.get(key, '(absent)')!r} -> {new_config.get(key, '(absent)')!r}"
+        for key in sorted(set(old_config) | set(new_config))
+        if old_config.get(key, absent) != new_config.get(key, absent)
+        and not (key not in old_config and defaults.get(key, absent) == new_config.get(key))
+    ]
+    if len(fields) > limit:
+        fields = [*fields[:limit], f"and {len(fields) - limit} more fields"]
+    parts = [*fields]
+    for key, what in (("dataset_sha256", "the refinement dataset"), ("model_sha256", "the model")):
+        if key in recorded and recorded.get(key) != fingerprint.get(key):
+            parts.append(f"{what} changed")
+    return "; ".join(parts) or "the marker's format"
+
+
 def set_aside(folder: Path) -> Path:
     """Rename ``folder`` to a free ``<name>.set-aside-N`` beside it (checkpoints are never deleted)."""
     n = 1
@@ -206,14 +228,15 @@ def prepare_checkpoint_dir(
     checkpoints.
     """
     marker = folder / FINGERPRINT_FILE
-    if marker.is_file() and not _same_run(
-        json.loads(marker.read_text()), fingerprint, model_dir, defaults, not_in_fingerprint
-    ):
+    recorded = json.loads(marker.read_text()) if marker.is_file() else None
+    if recorded is not None and not _same_run(recorded, fingerprint, model_dir, defaults, not_in_fingerprint):
         moved = set_aside(folder)
+        # named, so that a change made by mistake (or a preset's new default) can be set back and the run resumed
         log.warning(
-            "%s: checkpoints belong to a different run (config, data or model changed): moved them to %s "
-            "(delete that folder yourself if it is not needed) and starting afresh",
+            "%s: checkpoints belong to a different run (%s): moved them to %s and starting afresh; to resume them "
+            "instead, set those values back and move the folder back (delete it yourself if it is not needed)",
             folder,
+            _differences(recorded, fingerprint, defaults),
             moved,
         )
     folder.mkdir(parents=True, exist_ok=True)

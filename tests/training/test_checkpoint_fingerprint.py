@@ -72,13 +72,21 @@ def test_a_new_field_set_off_its_default_is_another_run(run_files, tmp_path):
     assert (tmp_path / "adapter_checkpoints.set-aside-1" / "checkpoint-200").is_dir()
 
 
-def test_a_changed_value_of_a_recorded_field_is_another_run(run_files, tmp_path):
+def test_a_changed_value_of_a_recorded_field_is_another_run(run_files, tmp_path, caplog):
     dataset, model = run_files
     folder = tmp_path / "adapter_checkpoints"
     config = TrainConfig(use_cpu=True, bf16=False)
     checkpoints_of_an_older_run(folder, older_marker(config, dataset, model, "soft_overlong_cache", {}))
-    assert resume(config.model_copy(update={"learning_rate": 2e-3}), folder, dataset, model) is None
+    changed = config.model_copy(update={"learning_rate": 2e-3, "vllm_importance_sampling_correction": True})
+    assert resume(changed, folder, dataset, model) is None
     assert (tmp_path / "adapter_checkpoints.set-aside-1" / "checkpoint-200").is_dir()
+    # the warning names what changed, old and new value, so a run can be set back and resumed
+    [warning] = [r.getMessage() for r in caplog.records if "different run" in r.getMessage()]
+    assert f"learning_rate: {config.learning_rate!r} -> 0.002" in warning
+    assert "vllm_importance_sampling_correction: False -> True" in warning
+    # a field the older marker lacks, at its default, is no difference; the data and model are the same
+    assert "soft_overlong_cache" not in warning
+    assert "dataset changed" not in warning and "model changed" not in warning
 
 
 def test_kernel_choices_keep_the_checkpoints(run_files):
