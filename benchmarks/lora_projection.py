@@ -14,7 +14,7 @@ cost what.
 
     python benchmarks/lora_projection.py                      # the device there is (a GPU if one is visible)
     python benchmarks/lora_projection.py --tokens 256 --repeats 3 --device cpu
-    python benchmarks/lora_projection.py --profile            # kernel tables, PEFT's way and the fused one
+    python benchmarks/lora_projection.py --profile            # kernel tables, PEFT's way and the fused ones
 """
 
 from __future__ import annotations
@@ -24,6 +24,8 @@ import logging
 import statistics
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -103,15 +105,48 @@ def time_calls(model, inputs: torch.Tensor, grad_out: torch.Tensor, repeats: int
 
 
 # the ways of computing the projections: PEFT's; train.fused_lora's (its rank-1 products as matrix-vector
-# products); the same function with those products as an elementwise product and a sum (in case the BLAS runs a
-# matrix-vector product in bfloat16 as the matrix-matrix kernel it replaces); and the frozen projection alone,
-# without its LoRA branch (what any way of computing the branch costs on top of it)
-WAYS = ("peft", "fused", "fused-reduce", "base")
+# products and an outer product); the same function with every product a matrix-matrix one of one column or one
+# row (in case bfloat16 matrix-vector products or the outer product's elementwise kernel are the slow part); with
+# its thin products as an elementwise product and a sum (no BLAS call); and the frozen projection alone, without
+# its LoRA branch (what any way of computing the branch costs on top of it)
+WAYS = ("peft", "fused", "fused-mm", "fused-reduce", "base")
+# the ways --profile tabulates (the fused ones whose kernels differ)
+PROFILED = ("peft", "fused", "fused-mm")
 
 
 def times_thin_by_reduction(matrix: torch.Tensor, thin: torch.Tensor) -> torch.Tensor:
     """``matrix @ thin`` as a broadcast product summed over the contracted dimension (no BLAS call)."""
     return (matrix.unsqueeze(-1) * thin.unsqueeze(0)).sum(dim=1)
+
+
+def times_thin_by_mm(matrix: torch.Tensor, thin: torch.Tensor) -> torch.Tensor:
+    """``matrix @ thin`` as a matrix-matrix product whatever the rank."""
+    return torch.mm(matrix, thin)
+
+
+def add_product_by_mm(out: torch.Tensor, left: torch.Tensor, right: torch.Tensor, alpha: float = 1.0) -> None:
+    """``out += alpha * left @ right`` as a matrix-matrix product of inner size r, rank 1 included."""
+    out.addmm_(left, right, alpha=alpha)
+
+
+# the fused function's helpers each way swaps in (the rest run train.fused_lora's own)
+SWAPS = {
+    "fused-mm": {"_times_thin": times_thin_by_mm, "_add_product": add_product_by_mm},
+    "fused-reduce": {"_times_thin": times_thin_by_reduction},
+}
+
+
+@contextmanager
+def swapped_helpers(way: str) -> Iterator[None]:
+    """``way``'s helpers in train.fused_lora's function while the block runs (none for the other ways)."""
+    own = {helper: getattr(fused_lora, helper) for helper in SWAPS.get(way, {})}
+    for helper, swapped in SWAPS.get(way, {}).items():
+        setattr(fused_lora, helper, swapped)
+    try:
+        yield
+    finally:
+        for helper, original in own.items():
+            setattr(fused_lora, helper, original)
 
 
 def measure(tokens: int, rank: int, repeats: int, device: str, projections=PROJECTIONS) -> list[Timing]:
@@ -123,14 +158,9 @@ def measure(tokens: int, rank: int, repeats: int, device: str, projections=PROJE
         for way in WAYS:
             if way == "fused":
                 fuse_lora_projections(model)
-            products = fused_lora._times_thin
-            if way == "fused-reduce":
-                fused_lora._times_thin = times_thin_by_reduction
             timed = model.base_model.model[0].base_layer if way == "base" else model
-            try:
+            with swapped_helpers(way):
                 milliseconds, peak = time_calls(timed, inputs, grad_out, repeats)
-            finally:
-                fused_lora._times_thin = products
             timings.append(Timing(name, way, milliseconds, peak))
             log.info("%s %s: %.3f ms", name, way, milliseconds)
         del model, inputs, grad_out
@@ -138,8 +168,8 @@ def measure(tokens: int, rank: int, repeats: int, device: str, projections=PROJE
 
 
 def profile_layer(tokens: int, rank: int, repeats: int, device: str, projections=PROJECTIONS) -> dict[str, str]:
-    """For PEFT's way and the fused one: a kernel table of ``repeats`` forward + backward calls of each projection
-    (after one warm-up call each), sorted by device time (CPU time on a CPU)."""
+    """For PEFT's way and the fused ones (``PROFILED``): a kernel table of ``repeats`` forward + backward calls of
+    each projection (after one warm-up call each), sorted by device time (CPU time on a CPU)."""
     from torch.profiler import ProfilerActivity, profile
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
@@ -158,18 +188,19 @@ def profile_layer(tokens: int, rank: int, repeats: int, device: str, projections
             forward_backward(model, inputs, grad_out)
 
     tables = {}
-    for way in ("peft", "fused"):
+    for way in PROFILED:
         if way == "fused":
             for model in models:
                 fuse_lora_projections(model)
-        layer_call()  # warm-up
-        if device == "cuda":
-            torch.cuda.synchronize()
-        with profile(activities=activities) as profiler:
-            for _ in range(repeats):
-                layer_call()
+        with swapped_helpers(way):
+            layer_call()  # warm-up
             if device == "cuda":
                 torch.cuda.synchronize()
+            with profile(activities=activities) as profiler:
+                for _ in range(repeats):
+                    layer_call()
+                if device == "cuda":
+                    torch.cuda.synchronize()
         tables[way] = profiler.key_averages().table(sort_by=sort, row_limit=25, max_name_column_width=70)
     return tables
 

@@ -34,9 +34,37 @@ def test_products_by_reduction_are_the_matrix_products():
     torch.testing.assert_close(BENCH.times_thin_by_reduction(matrix.t(), column), matrix.t() @ column)
 
 
+def test_every_fused_way_computes_the_same_gradients():
+    """The ways differ in kernels only: each fused way's output and gradients (input, lora_A, lora_B) are PEFT's."""
+    torch.manual_seed(0)
+    model = BENCH.lora_projection(24, 40, rank=1, device="cpu")
+    inputs, grad_out = torch.randn(6, 24, dtype=torch.bfloat16), torch.randn(6, 40, dtype=torch.bfloat16)
+
+    def gradients(way: str) -> list[torch.Tensor]:
+        model.zero_grad()
+        x = inputs.detach().requires_grad_(True)
+        with BENCH.swapped_helpers(way), torch.autocast("cpu", dtype=torch.bfloat16):
+            out = model(x)
+        out.backward(grad_out)
+        lora = [p.grad.clone() for n, p in model.named_parameters() if "lora_" in n]
+        return [out.detach().float(), x.grad.float(), *lora]
+
+    peft = gradients("peft")
+    BENCH.fuse_lora_projections(model)
+    for way in ("fused", "fused-mm", "fused-reduce"):
+        for theirs, ours in zip(peft, gradients(way), strict=True):
+            torch.testing.assert_close(ours, theirs, rtol=2e-2, atol=2e-2)
+    with BENCH.swapped_helpers("fused-mm"):
+        assert BENCH.fused_lora._add_product is BENCH.add_product_by_mm
+    assert BENCH.fused_lora._add_product is not BENCH.add_product_by_mm  # restored after the block
+
+
 def test_the_profile_names_each_ways_operators():
-    """PEFT's way runs its branch as linear layers; the fused way as matrix-vector products and an outer product."""
+    """PEFT's way runs its branch as linear layers; the fused way as matrix-vector products and an outer product;
+    fused-mm as matrix-matrix products only."""
     tables = BENCH.profile_layer(tokens=4, rank=1, repeats=1, device="cpu", projections=(("a", 16, 8),))
-    assert set(tables) == {"peft", "fused"}
+    assert set(tables) == {"peft", "fused", "fused-mm"}
     assert "aten::linear" in tables["peft"] and "aten::mv" not in tables["peft"]
     assert "aten::mv" in tables["fused"] and "aten::addr_" in tables["fused"]
+    assert "aten::mv" not in tables["fused-mm"] and "aten::addr_" not in tables["fused-mm"]
+    assert "aten::addmm_" in tables["fused-mm"]
