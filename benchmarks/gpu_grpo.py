@@ -157,6 +157,15 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "compile_layers": True,
         **LOSS_FORWARD_CORRECTION,
     },
+    # the rank-1 LoRA branches as Triton kernels (train.fused_lora_kernels triton): on-policy and beside the decode
+    "chunked-2k-triton-lora": {"backward_chunk_tokens": 2100, "fused_lora": True, "fused_lora_kernels": "triton"},
+    "chunked-2k-overlap-triton-lora": {
+        "backward_chunk_tokens": 2100,
+        "overlap_generation": True,
+        "fused_lora": True,
+        "fused_lora_kernels": "triton",
+        **LOSS_FORWARD_CORRECTION,
+    },
     # diagnostic: the preset's step (chunked-2k), its third step under torch.profiler
     "chunked-2k-profile": {"backward_chunk_tokens": 2100},
     # diagnostic: the same with train.fused_lora, to see what the fused branches left of the profile's thin products

@@ -108,10 +108,19 @@ def time_calls(model, inputs: torch.Tensor, grad_out: torch.Tensor, repeats: int
 # products and an outer product); the same function with every product a matrix-matrix one of one column or one
 # row (in case bfloat16 matrix-vector products or the outer product's elementwise kernel are the slow part); with
 # its thin products as an elementwise product and a sum (no BLAS call); and the frozen projection alone, without
-# its LoRA branch (what any way of computing the branch costs on top of it)
+# its LoRA branch (what any way of computing the branch costs on top of it). On a GPU also ``triton``:
+# train.fused_lora_kernels triton's kernels (arc_pipeline/training/speed/rank1_kernels.py), rank 1.
 WAYS = ("peft", "fused", "fused-mm", "fused-reduce", "base")
 # the ways --profile tabulates (the fused ones whose kernels differ)
 PROFILED = ("peft", "fused", "fused-mm")
+
+
+def ways_on(device: str, ways: tuple[str, ...] = WAYS) -> tuple[str, ...]:
+    """``ways``, with ``triton`` before ``base`` on a GPU (Triton compiles for GPUs; its CPU interpreter is a test
+    tool, not a speed)."""
+    if device != "cuda":
+        return ways
+    return (*(way for way in ways if way != "base"), "triton", *(way for way in ways if way == "base"))
 
 
 def times_thin_by_reduction(matrix: torch.Tensor, thin: torch.Tensor) -> torch.Tensor:
@@ -155,9 +164,9 @@ def measure(tokens: int, rank: int, repeats: int, device: str, projections=PROJE
         model = lora_projection(width_in, width_out, rank, device)
         inputs = torch.randn(tokens, width_in, device=device, dtype=torch.bfloat16)
         grad_out = torch.randn(tokens, width_out, device=device, dtype=torch.bfloat16)
-        for way in WAYS:
-            if way == "fused":
-                fuse_lora_projections(model)
+        for way in ways_on(device):
+            if way in ("fused", "triton"):
+                fuse_lora_projections(model, "triton" if way == "triton" else "torch")
             timed = model.base_model.model[0].base_layer if way == "base" else model
             with swapped_helpers(way):
                 milliseconds, peak = time_calls(timed, inputs, grad_out, repeats)
@@ -188,10 +197,10 @@ def profile_layer(tokens: int, rank: int, repeats: int, device: str, projections
             forward_backward(model, inputs, grad_out)
 
     tables = {}
-    for way in PROFILED:
-        if way == "fused":
+    for way in ways_on(device, PROFILED):
+        if way in ("fused", "triton"):
             for model in models:
-                fuse_lora_projections(model)
+                fuse_lora_projections(model, "triton" if way == "triton" else "torch")
         with swapped_helpers(way):
             layer_call()  # warm-up
             if device == "cuda":
@@ -208,23 +217,24 @@ def profile_layer(tokens: int, rank: int, repeats: int, device: str, projections
 def table(timings: list[Timing], tokens: int, step_tokens: int) -> str:
     by = {(t.projection, t.way): t for t in timings}
     names = list(dict.fromkeys(t.projection for t in timings))
-    others = WAYS[1:]
-    header = ["projection", *(f"{way} (ms)" for way in WAYS), *(f"{way} / peft" for way in others)]
-    header += [f"{way} peak (MiB)" for way in WAYS]
+    ways = tuple(dict.fromkeys(t.way for t in timings))
+    others = ways[1:]
+    header = ["projection", *(f"{way} (ms)" for way in ways), *(f"{way} / peft" for way in others)]
+    header += [f"{way} peak (MiB)" for way in ways]
     lines = ["| " + " | ".join(header) + " |", "|---" + "|---:" * (len(header) - 1) + "|"]
 
     def row(label: str, ms: dict[str, float], peaks: list[str]) -> str:
-        cells = [label, *(f"{ms[way]:.3f}" for way in WAYS), *(f"{ms[way] / ms['peft']:.2f}x" for way in others)]
+        cells = [label, *(f"{ms[way]:.3f}" for way in ways), *(f"{ms[way] / ms['peft']:.2f}x" for way in others)]
         return "| " + " | ".join(cells + peaks) + " |"
 
     for name in names:
-        peaks = [f"{by[(name, way)].peak_mib:,.0f}" if by[(name, way)].peak_mib is not None else "-" for way in WAYS]
-        lines.append(row(name, {way: by[(name, way)].milliseconds for way in WAYS}, peaks))
-    layer = {way: sum(by[(name, way)].milliseconds for name in names) for way in WAYS}
-    lines.append(row("one layer", layer, [""] * len(WAYS)))
+        peaks = [f"{by[(name, way)].peak_mib:,.0f}" if by[(name, way)].peak_mib is not None else "-" for way in ways]
+        lines.append(row(name, {way: by[(name, way)].milliseconds for way in ways}, peaks))
+    layer = {way: sum(by[(name, way)].milliseconds for name in names) for way in ways}
+    lines.append(row("one layer", layer, [""] * len(ways)))
     chunks = step_tokens / tokens
-    step = {way: layer[way] * LAYERS * chunks / 1000 for way in WAYS}
-    lines.append(row(f"estimate: {LAYERS} layers x {chunks:.1f} chunks (s)", step, [""] * len(WAYS)))
+    step = {way: layer[way] * LAYERS * chunks / 1000 for way in ways}
+    lines.append(row(f"estimate: {LAYERS} layers x {chunks:.1f} chunks (s)", step, [""] * len(ways)))
     return "\n".join(lines)
 
 

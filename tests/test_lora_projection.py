@@ -68,3 +68,9 @@ def test_the_profile_names_each_ways_operators():
     assert "aten::mv" in tables["fused"] and "aten::addr_" in tables["fused"]
     assert "aten::mv" not in tables["fused-mm"] and "aten::addr_" not in tables["fused-mm"]
     assert "aten::addmm_" in tables["fused-mm"]
+
+
+def test_a_gpu_adds_the_triton_way():
+    assert BENCH.ways_on("cpu") == BENCH.WAYS
+    assert BENCH.ways_on("cuda") == ("peft", "fused", "fused-mm", "fused-reduce", "triton", "base")
+    assert BENCH.ways_on("cuda", BENCH.PROFILED) == ("peft", "fused", "fused-mm", "triton")

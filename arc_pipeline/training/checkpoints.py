@@ -64,6 +64,7 @@ _NOT_IN_FINGERPRINT = {
     "compile_layers",
     "liger_kernels",
     "fused_lora",
+    "fused_lora_kernels",
 }
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
 _WHOLE_FILE_BYTES = 4 << 20  # files up to this size are hashed whole; larger ones (weights) sampled

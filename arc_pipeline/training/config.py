@@ -87,6 +87,11 @@ class TrainConfig(LoraSettings):
         description="each LoRA projection and its frozen base as one autograd function: no float32 copy of "
         "the input, rank-1 products as matrix-vector kernels (arc_pipeline/training/speed/fused_lora.py)",
     )
+    fused_lora_kernels: Literal["torch", "triton"] = Field(
+        "torch",
+        description="with fused_lora: the branch's thin products as PyTorch calls, or (rank 1, GPU) as three "
+        "Triton kernels summing in float32 (arc_pipeline/training/speed/rank1_kernels.py)",
+    )
 
     # ---- processes and GPUs of the train job (docs/multi-gpu.md)
     vllm_mode: Literal["colocate", "server"] = Field(

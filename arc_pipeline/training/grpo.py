@@ -294,7 +294,7 @@ def train(
             sync_by_reload(trainer.vllm_generation)  # before phases.attach wraps the sync in its timer
         trainer.add_callback(CheckpointOnSigterm())  # SIGTERM (preemption): checkpoint, then stop
         if config.fused_lora:
-            fuse_lora_projections(trainer.model)  # before compile_layers: compiled layers then trace the function
+            fuse_lora_projections(trainer.model, config.fused_lora_kernels)  # before compile_layers traces it
         if config.compile_layers:
             compile_decoder_layers(trainer.model)  # the LoRA is on by now: its branches compile with each layer
         shared_prompt = None

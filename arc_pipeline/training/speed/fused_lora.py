@@ -93,7 +93,7 @@ def _compute_dtype(x: Any) -> Any:
     return torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else x.dtype
 
 
-def _fused_forward(layer: Any, peft_forward: Any) -> Any:
+def _fused_forward(layer: Any, peft_forward: Any, function: Any) -> Any:
     def forward(x: Any, *args: Any, **kwargs: Any) -> Any:
         active = layer.active_adapters
         if args or kwargs or layer.disable_adapters or layer.merged or len(active) != 1:
@@ -106,7 +106,7 @@ def _fused_forward(layer: Any, peft_forward: Any) -> Any:
         with torch.autocast(x.device.type, enabled=False):
             flat = x.reshape(-1, x.shape[-1]).to(dtype)
             bias = None if base.bias is None else base.bias.to(dtype)
-            out = _ProjectionWithBranch.apply(
+            out = function.apply(
                 flat,
                 base.weight.to(dtype),
                 bias,
@@ -119,20 +119,29 @@ def _fused_forward(layer: Any, peft_forward: Any) -> Any:
     return forward
 
 
-def fuse_lora_projections(model: Any) -> int:
+def fuse_lora_projections(model: Any, kernels: str = "torch") -> int:
     """Route every plain LoRA projection of ``model`` (after the LoRA went on) through the fused function; the
-    number of projections fused. A model with none is an error, not a silent no-op."""
+    number of projections fused. A model with none is an error, not a silent no-op. ``kernels``: ``torch`` (this
+    module's function) or ``triton`` (rank 1 only: arc_pipeline/training/speed/rank1_kernels.py)."""
     from peft.tuners.lora.layer import Linear as LoraLinear
 
+    function: Any = _ProjectionWithBranch
+    if kernels == "triton":
+        from arc_pipeline.training.speed.rank1_kernels import ProjectionWithRank1Branch
+
+        function = ProjectionWithRank1Branch
     fused = 0
     for module in model.modules():
         if isinstance(module, LoraLinear) and any(_plain_adapter(module, name) for name in module.lora_A):
-            module.forward = _fused_forward(module, module.forward)
+            ranks = {module.lora_A[name].weight.shape[0] for name in module.lora_A}
+            if kernels == "triton" and ranks != {1}:
+                raise PipelineError(f"train: fused_lora_kernels triton computes rank-1 branches; LoRA rank {ranks}")
+            module.forward = _fused_forward(module, module.forward, function)
             fused += 1
     if not fused:
         raise PipelineError(
             f"train: fused_lora: no plain LoRA projection in {type(model).__name__} (lora_dropout must be 0; "
             "DoRA and LoRA biases keep PEFT's forward)"
         )
-    log.info("fused_lora: %d LoRA projections fused with their base projection", fused)
+    log.info("fused_lora: %d LoRA projections fused with their base projection (%s kernels)", fused, kernels)
     return fused

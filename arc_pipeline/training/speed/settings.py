@@ -15,6 +15,8 @@ def check_speed_settings(config: Any) -> None:
         raise ValueError("liger_kernels needs backend trl (unsloth patches the model with its own kernels)")
     if config.fused_lora and config.backend != "trl":
         raise ValueError("fused_lora needs backend trl (unsloth runs its own LoRA kernels)")
+    if config.fused_lora_kernels == "triton" and not (config.fused_lora and config.lora_r == 1 and not config.use_cpu):
+        raise ValueError("fused_lora_kernels triton needs fused_lora: true, lora_r 1 and a GPU (not use_cpu)")
     if config.compile_layers and config.backend != "trl":
         raise ValueError("compile_layers needs backend trl (unsloth compiles its own kernels)")
     if config.compile_layers and config.torch_compile:

@@ -130,7 +130,9 @@ def test_train_with_fused_lora_learns_what_train_without_learns(tiny_model, refi
 
     fused = []
     fuse = fused_lora.fuse_lora_projections
-    monkeypatch.setattr(fused_lora, "fuse_lora_projections", lambda model: fused.append(fuse(model)) or fused[-1])
+    monkeypatch.setattr(
+        fused_lora, "fuse_lora_projections", lambda model, *kernels: fused.append(fuse(model, *kernels)) or fused[-1]
+    )
 
     dataset = refinement_dataset(4)
     reference = two_step_adapter(tiny_model, dataset, tmp_path / "peft", backward_chunk_tokens=64)
