@@ -74,3 +74,17 @@ def test_a_gpu_adds_the_triton_way():
     assert BENCH.ways_on("cpu") == BENCH.WAYS
     assert BENCH.ways_on("cuda") == ("peft", "fused", "fused-mm", "fused-reduce", "triton", "base")
     assert BENCH.ways_on("cuda", BENCH.PROFILED) == ("peft", "fused", "fused-mm", "triton")
+
+
+def test_a_way_that_fails_is_left_out_and_the_others_are_timed(monkeypatch):
+    def broken(*args, **kwargs):
+        raise RuntimeError("kernel did not compile")
+
+    monkeypatch.setitem(BENCH.SWAPS, "fused-mm", {"_times_thin": broken})
+    timings = BENCH.measure(tokens=4, rank=1, repeats=1, device="cpu", projections=(("a", 16, 8),))
+    assert [t.way for t in timings] == [way for way in BENCH.WAYS if way != "fused-mm"]
+    header = BENCH.table(timings, tokens=4, step_tokens=40).splitlines()[0]
+    assert "fused-mm" not in header and "fused-reduce (ms)" in header
+    assert BENCH.fused_lora._times_thin is not broken  # the helper is restored after the failure
+    tables = BENCH.profile_layer(tokens=4, rank=1, repeats=1, device="cpu", projections=(("a", 16, 8),))
+    assert set(tables) == {"peft", "fused"}
