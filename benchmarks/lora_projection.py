@@ -113,6 +113,8 @@ def time_calls(model, inputs: torch.Tensor, grad_out: torch.Tensor, repeats: int
 WAYS = ("peft", "fused", "fused-mm", "fused-reduce", "base")
 # the ways --profile tabulates (the fused ones whose kernels differ)
 PROFILED = ("peft", "fused", "fused-mm")
+# the ways that fuse the projections first, with train.fused_lora_kernels' choice (the later fused ways reuse them)
+FUSED_WITH = {"fused": "torch", "triton": "triton"}
 
 
 def ways_on(device: str, ways: tuple[str, ...] = WAYS) -> tuple[str, ...]:
@@ -165,8 +167,8 @@ def measure(tokens: int, rank: int, repeats: int, device: str, projections=PROJE
         inputs = torch.randn(tokens, width_in, device=device, dtype=torch.bfloat16)
         grad_out = torch.randn(tokens, width_out, device=device, dtype=torch.bfloat16)
         for way in ways_on(device):
-            if way in ("fused", "triton"):
-                fuse_lora_projections(model, "triton" if way == "triton" else "torch")
+            if way in FUSED_WITH:
+                fuse_lora_projections(model, FUSED_WITH[way])
             timed = model.base_model.model[0].base_layer if way == "base" else model
             try:
                 with swapped_helpers(way):
@@ -202,9 +204,9 @@ def profile_layer(tokens: int, rank: int, repeats: int, device: str, projections
 
     tables = {}
     for way in ways_on(device, PROFILED):
-        if way in ("fused", "triton"):
+        if way in FUSED_WITH:
             for model in models:
-                fuse_lora_projections(model, "triton" if way == "triton" else "torch")
+                fuse_lora_projections(model, FUSED_WITH[way])
         try:
             with swapped_helpers(way):
                 layer_call()  # warm-up

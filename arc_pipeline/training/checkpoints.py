@@ -197,7 +197,7 @@ def _differences(recorded: dict, fingerprint: dict, defaults: dict | None, limit
     ]
     if len(fields) > limit:
         fields = [*fields[:limit], f"and {len(fields) - limit} more fields"]
-    parts = [*fields]
+    parts = fields
     for key, what in (("dataset_sha256", "the refinement dataset"), ("model_sha256", "the model")):
         if key in recorded and recorded.get(key) != fingerprint.get(key):
             parts.append(f"{what} changed")

@@ -133,8 +133,8 @@ def fuse_lora_projections(model: Any, kernels: str = "torch") -> int:
     fused = 0
     for module in model.modules():
         if isinstance(module, LoraLinear) and any(_plain_adapter(module, name) for name in module.lora_A):
-            ranks = {module.lora_A[name].weight.shape[0] for name in module.lora_A}
-            if kernels == "triton" and ranks != {1}:
+            ranks = {module.lora_A[name].weight.shape[0] for name in module.lora_A} if kernels == "triton" else {1}
+            if ranks != {1}:
                 raise PipelineError(f"train: fused_lora_kernels triton computes rank-1 branches; LoRA rank {ranks}")
             module.forward = _fused_forward(module, module.forward, function)
             fused += 1
