@@ -13,7 +13,8 @@ process (its own CUDA context and colocated vLLM engine), on the same model and 
   (LoRA rank 1, 32 completions over 4 accumulation steps, colocated vLLM at 0.3, gradient checkpointing, beta
   0.02) less its ``backward_chunk_tokens: 2100`` (the variant ``chunked-2k``), then each lever on top.
 
-Per variant it prints the mean over the steps after the first (which holds the engine's warm-up) of each
+Per variant it prints the mean over the steps after the first (which holds the engine's warm-up), and with
+``overlap_generation`` before the last (which trains with nothing decoded beside it; ``steady_steps``), of each
 phase (arc_pipeline/training/phases.py), tokens per step, model TFLOP/s and their share of the GPUs' dense bf16
 peak (benchmarks/gpu_peaks.py: model FLOP utilisation of the training passes and of the whole step), and peak memory:
 
@@ -166,8 +167,25 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "fused_lora_kernels": "triton",
         **LOSS_FORWARD_CORRECTION,
     },
+    # both scheduling levers beside the decode: training's stream first, and its LoRA branches as Triton kernels
+    "chunked-2k-overlap-training-first-triton-lora": {
+        "backward_chunk_tokens": 2100,
+        "overlap_generation": True,
+        "overlap_training_first": True,
+        "fused_lora": True,
+        "fused_lora_kernels": "triton",
+        **LOSS_FORWARD_CORRECTION,
+    },
     # diagnostic: the preset's step (chunked-2k), its third step under torch.profiler
     "chunked-2k-profile": {"backward_chunk_tokens": 2100},
+    # diagnostic: the overlapped step under torch.profiler (both threads' kernels): beside chunked-2k-profile's
+    # per-call kernel times it says whether training's kernels run slower beside the decode (the GPU shared) or
+    # wait between launches (the interpreter lock shared with the decoding thread)
+    "chunked-2k-overlap-profile": {
+        "backward_chunk_tokens": 2100,
+        "overlap_generation": True,
+        **LOSS_FORWARD_CORRECTION,
+    },
     # diagnostic: the same with train.fused_lora, to see what the fused branches left of the profile's thin products
     "chunked-2k-fused-lora-profile": {"backward_chunk_tokens": 2100, "fused_lora": True},
     # diagnostic, not a lever (it changes what is sampled): what top-p and the repetition penalty cost the sampler
@@ -240,7 +258,12 @@ VARIANT_ENVIRONMENT: dict[str, dict[str, str]] = {
     "chunked-2k-flashinfer-sampler": {"VLLM_USE_FLASHINFER_SAMPLER": "1"},
     "chunked-2k-fused-lora-flashinfer-sampler": {"VLLM_USE_FLASHINFER_SAMPLER": "1"},
 }
-PROFILED_STEP = {"profile": 3, "chunked-2k-profile": 3, "chunked-2k-fused-lora-profile": 3}
+PROFILED_STEP = {
+    "profile": 3,
+    "chunked-2k-profile": 3,
+    "chunked-2k-fused-lora-profile": 3,
+    "chunked-2k-overlap-profile": 3,
+}
 PARAMETERS_8B = 8.03e9
 PHASES = ("generation", "weight_sync", "rewards", "logprobs", "prepare_other", "train", "optimizer", "step")
 
@@ -412,6 +435,24 @@ def gpu_memory_rows(path: Path, gpus: list[str], steps: int) -> dict[str, str]:
     }
 
 
+def steady_steps(wide: Any, config: dict[str, Any]) -> Any:
+    """The steps a variant's figures average: not the first (the engine's warm-up, and with overlap_generation
+    a synchronous generation), and with overlap_generation not the last ``overlap_request_steps`` either, which
+    train with nothing decoded beside them (no step after them to decode for) and so at the speed of training
+    alone: 6-7 s against 11-12 s beside the decode on one H200 (benchmarks/README.md)."""
+    import polars as pl
+
+    if wide.height <= 1:
+        return wide
+    steps = wide["step"]
+    kept = wide.filter(pl.col("step") > steps.min())
+    if config.get("overlap_generation"):
+        tail = int(config.get("overlap_request_steps") or 1)
+        if kept.height > tail:
+            kept = kept.head(kept.height - tail)
+    return kept
+
+
 def summarize(work: Path, name: str, prompt_tokens: float) -> dict[str, Any] | None:
     import polars as pl
 
@@ -422,7 +463,7 @@ def summarize(work: Path, name: str, prompt_tokens: float) -> dict[str, Any] | N
     config = summary["config"]
     metrics = pl.read_parquet(out / "metrics.parquet").filter(pl.col("value").is_not_null())
     wide = metrics.pivot(on="name", index="step", values="value", aggregate_function="mean").sort("step")
-    measured = wide.filter(pl.col("step") > wide["step"].min()) if wide.height > 1 else wide
+    measured = steady_steps(wide, config)
 
     def mean(column: str) -> float:
         return float(measured[column].mean()) if column in measured.columns else float("nan")

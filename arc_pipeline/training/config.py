@@ -90,7 +90,8 @@ class TrainConfig(LoraSettings):
     fused_lora_kernels: Literal["torch", "triton"] = Field(
         "torch",
         description="with fused_lora: the branch's thin products as PyTorch calls, or (rank 1, GPU) as three "
-        "Triton kernels summing in float32 (arc_pipeline/training/speed/rank1_kernels.py)",
+        "Triton kernels summing in float32 (arc_pipeline/training/speed/rank1_kernels.py); on one H200 a layer's "
+        "projections 0.86x of PEFT's, the full step within its spread (benchmarks/README.md)",
     )
 
     # ---- processes and GPUs of the train job (docs/multi-gpu.md)
@@ -134,7 +135,8 @@ class TrainConfig(LoraSettings):
     overlap_training_first: bool = Field(
         False,
         description="colocate overlap_generation: training's CUDA stream gets the GPU's higher scheduling priority, so "
-        "the decode takes what training leaves idle. Scheduling only: what is learned does not change",
+        "the decode takes what training leaves idle. Scheduling only: what is learned does not change. No gain "
+        "measured on one H200 (docs/multi-gpu.md)",
     )
     training_processes: PositiveInt = Field(
         1,
