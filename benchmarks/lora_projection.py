@@ -12,9 +12,15 @@ With ``--profile``, instead: each way's layer (the seven projections, forward an
 its kernels by device time (on a CPU: its operators by CPU time), to say which of a branch's products and adds
 cost what.
 
+With ``--host-device`` (GPU only), instead: each way's layer split into the host's time to issue its work and the
+GPU's time to run it, the GPU held busy by a sleep kernel while the host issues (so neither waits for the other).
+A way whose host time exceeds its device time is host-bound: in the step its layer runs at the host's pace, so
+faster kernels do not shorten it, and a second thread of the process (the overlap's decoding thread) slows it.
+
     python benchmarks/lora_projection.py                      # the device there is (a GPU if one is visible)
     python benchmarks/lora_projection.py --tokens 256 --repeats 3 --device cpu
     python benchmarks/lora_projection.py --profile            # kernel tables, PEFT's way and the fused ones
+    python benchmarks/lora_projection.py --host-device        # host and device time of each way's layer
 """
 
 from __future__ import annotations
@@ -224,6 +230,80 @@ def profile_layer(tokens: int, rank: int, repeats: int, device: str, projections
     return tables
 
 
+@dataclass
+class HostDevice:
+    way: str
+    host_ms: float  # the host's time to issue one layer's forward and backward
+    device_ms: float  # the GPU's time to run them, back to back
+
+
+# GPU clock cycles the sleep kernel holds the GPU for while the host issues a layer (about 50 ms at 2 GHz: a
+# layer's host time is under 10 ms)
+SLEEP_CYCLES = 100_000_000
+
+
+def measure_host_device(tokens: int, rank: int, repeats: int, projections=PROJECTIONS) -> list[HostDevice]:
+    """Each way's layer (``ways_on("cuda")``): the host's time to issue it and the GPU's to run it (medians of
+    ``repeats``). A sleep kernel goes first, so the host issues the whole layer while the GPU is busy (its time
+    is the host's alone) and the layer's kernels then run back to back (CUDA events around them: the GPU's
+    alone)."""
+    models = [lora_projection(width_in, width_out, rank, "cuda") for _, width_in, width_out in projections]
+    data = [
+        (
+            torch.randn(tokens, width_in, device="cuda", dtype=torch.bfloat16),
+            torch.randn(tokens, width_out, device="cuda", dtype=torch.bfloat16),
+        )
+        for _, width_in, width_out in projections
+    ]
+    results = []
+    for way in ways_on("cuda"):
+        if way in FUSED_WITH:
+            for model in models:
+                fuse_lora_projections(model, FUSED_WITH[way])
+        timed = [model.base_model.model[0].base_layer if way == "base" else model for model in models]
+
+        def layer_call(timed: list = timed) -> None:
+            for model, (inputs, grad_out) in zip(timed, data, strict=True):
+                forward_backward(model, inputs, grad_out)
+
+        hosts, devices = [], []
+        try:
+            with swapped_helpers(way):
+                layer_call()  # warm-up
+                torch.cuda.synchronize()
+                for _ in range(repeats):
+                    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                    torch.cuda._sleep(SLEEP_CYCLES)
+                    start.record()
+                    began = time.perf_counter()
+                    layer_call()
+                    hosts.append((time.perf_counter() - began) * 1000)
+                    end.record()
+                    torch.cuda.synchronize()
+                    devices.append(start.elapsed_time(end))
+        except Exception:  # as in measure(): the other ways still come back
+            log.exception("%s failed: left out of the host/device table", way)
+            continue
+        results.append(HostDevice(way, statistics.median(hosts), statistics.median(devices)))
+        log.info("%s: host %.3f ms, device %.3f ms", way, results[-1].host_ms, results[-1].device_ms)
+    return results
+
+
+def host_device_table(results: list[HostDevice], tokens: int, step_tokens: int) -> str:
+    """One row per way: host and device milliseconds per layer, the layer's pace (the larger) and what bounds it,
+    and the pace scaled to the step (layers x chunks)."""
+    chunks = step_tokens / tokens
+    lines = [
+        f"| way | host (ms) | device (ms) | bound by | pace x {LAYERS} layers x {chunks:.1f} chunks (s) |",
+        "|---|---:|---:|---|---:|",
+    ]
+    for result in results:
+        bound = "host" if result.host_ms > result.device_ms else "device"
+        pace = max(result.host_ms, result.device_ms) * LAYERS * chunks / 1000
+        lines.append(f"| {result.way} | {result.host_ms:.3f} | {result.device_ms:.3f} | {bound} | {pace:.3f} |")
+    return "\n".join(lines)
+
+
 def table(timings: list[Timing], tokens: int, step_tokens: int) -> str:
     by = {(t.projection, t.way): t for t in timings}
     names = list(dict.fromkeys(t.projection for t in timings))
@@ -258,9 +338,19 @@ def main() -> None:
         "--step-tokens", type=int, default=40221, help="training tokens of one preset step (gpu_grpo.py's table)"
     )
     parser.add_argument("--profile", action="store_true", help="kernel tables instead of the timing table")
+    parser.add_argument(
+        "--host-device", action="store_true", help="GPU only: each way's layer, host time against device time"
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     torch.manual_seed(0)
+    if args.host_device:
+        if args.device != "cuda":
+            parser.error("--host-device needs a GPU (a CPU runs its work as it issues it)")
+        results = measure_host_device(args.tokens, args.rank, args.repeats)
+        print(f"device {torch.cuda.get_device_name()}, torch {torch.__version__}, {args.tokens} tokens per call")
+        print(host_device_table(results, args.tokens, args.step_tokens))
+        return
     if args.profile:
         for way, kernels in profile_layer(args.tokens, args.rank, args.repeats, args.device).items():
             print(f"== {way}: one layer x {args.repeats} calls, {args.tokens} tokens per call, LoRA rank {args.rank}")

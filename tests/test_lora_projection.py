@@ -88,3 +88,16 @@ def test_a_way_that_fails_is_left_out_and_the_others_are_timed(monkeypatch):
     assert BENCH.fused_lora._times_thin is not broken  # the helper is restored after the failure
     tables = BENCH.profile_layer(tokens=4, rank=1, repeats=1, device="cpu", projections=(("a", 16, 8),))
     assert set(tables) == {"peft", "fused"}
+
+
+def test_the_host_device_table_says_what_bounds_each_way():
+    """A layer runs at the pace of the slower side: the host's issuing or the GPU's running."""
+    results = [BENCH.HostDevice("peft", host_ms=7.0, device_ms=4.0), BENCH.HostDevice("base", 1.0, 3.0)]
+    rows = {
+        line.strip("| ").split(" | ")[0]: line.strip("| ").split(" | ")
+        for line in BENCH.host_device_table(results, tokens=4, step_tokens=40).splitlines()[2:]
+    }
+    assert rows["peft"][1:4] == ["7.000", "4.000", "host"]
+    assert rows["base"][1:4] == ["1.000", "3.000", "device"]
+    assert rows["peft"][4] == f"{7.0 * BENCH.LAYERS * 10 / 1000:.3f}"
+    assert rows["base"][4] == f"{3.0 * BENCH.LAYERS * 10 / 1000:.3f}"
