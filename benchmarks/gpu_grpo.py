@@ -158,6 +158,20 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "compile_layers": True,
         **LOSS_FORWARD_CORRECTION,
     },
+    # each compiled layer replayed as CUDA graphs (train.compile_layers_cuda_graphs): the host issues a layer in a
+    # few calls, for a host-bound training pass (lora_projection.py --host-device); on-policy and beside the decode
+    "chunked-2k-compile-layers-graphs": {
+        "backward_chunk_tokens": 2100,
+        "compile_layers": True,
+        "compile_layers_cuda_graphs": True,
+    },
+    "chunked-2k-overlap-compile-layers-graphs": {
+        "backward_chunk_tokens": 2100,
+        "overlap_generation": True,
+        "compile_layers": True,
+        "compile_layers_cuda_graphs": True,
+        **LOSS_FORWARD_CORRECTION,
+    },
     # the rank-1 LoRA branches as Triton kernels (train.fused_lora_kernels triton): on-policy and beside the decode
     "chunked-2k-triton-lora": {"backward_chunk_tokens": 2100, "fused_lora": True, "fused_lora_kernels": "triton"},
     "chunked-2k-overlap-triton-lora": {

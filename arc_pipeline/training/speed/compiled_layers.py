@@ -24,14 +24,23 @@ def decoder_layers(model: Any) -> list[Any]:
     return [module for module in model.modules() if type(module).__name__.endswith("DecoderLayer")]
 
 
-def compile_decoder_layers(model: Any, backend: str = "inductor") -> int:
+def compile_decoder_layers(model: Any, backend: str = "inductor", cuda_graphs: bool = False) -> int:
     """Compile every decoder layer of ``model`` in place (after the LoRA went on, so its layers are compiled
     too); the number of layers compiled. A model without decoder layers is an error, not a silent no-op.
-    ``backend``: torch.compile's (the tests trace with ``aot_eager``: Inductor's CPU code is not the GPU's)."""
+    ``backend``: torch.compile's (the tests trace with ``aot_eager``: Inductor's CPU code is not the GPU's).
+    ``cuda_graphs``: torch.compile's reduce-overhead mode, which records each layer's kernels once per input shape
+    and replays them (train.compile_layers_cuda_graphs): on a GPU the host then issues a layer in a few calls;
+    elsewhere torch.compile runs the layer without graphs."""
     layers = decoder_layers(model)
     if not layers:
         raise PipelineError(f"train: compile_layers: no decoder layer found in {type(model).__name__}")
+    mode = "reduce-overhead" if cuda_graphs else None
     for layer in layers:
-        layer.compile(dynamic=True, backend=backend)
-    log.info("compile_layers: %d decoder layers compiled (%s)", len(layers), type(layers[0]).__name__)
+        layer.compile(dynamic=True, backend=backend, mode=mode)
+    log.info(
+        "compile_layers: %d decoder layers compiled (%s)%s",
+        len(layers),
+        type(layers[0]).__name__,
+        ", replayed as CUDA graphs" if cuda_graphs else "",
+    )
     return len(layers)

@@ -19,5 +19,7 @@ def check_speed_settings(config: Any) -> None:
         raise ValueError("fused_lora_kernels triton needs fused_lora: true, lora_r 1 and a GPU (not use_cpu)")
     if config.compile_layers and config.backend != "trl":
         raise ValueError("compile_layers needs backend trl (unsloth compiles its own kernels)")
+    if config.compile_layers_cuda_graphs and (not config.compile_layers or config.use_cpu):
+        raise ValueError("compile_layers_cuda_graphs needs compile_layers: true and a GPU (not use_cpu)")
     if config.compile_layers and config.torch_compile:
         raise ValueError("compile_layers and torch_compile: choose one (the layers, or the whole policy)")
