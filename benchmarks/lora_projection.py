@@ -86,6 +86,25 @@ def forward_backward(model, inputs: torch.Tensor, grad_out: torch.Tensor) -> Non
     out.backward(grad_out)
 
 
+def layer_of_projections(tokens: int, rank: int, device: str, projections=PROJECTIONS) -> tuple[list, list]:
+    """One decoder layer's LoRA projections, and for each a ``tokens``-row input and output gradient."""
+    models = [lora_projection(width_in, width_out, rank, device) for _, width_in, width_out in projections]
+    data = [
+        (
+            torch.randn(tokens, width_in, device=device, dtype=torch.bfloat16),
+            torch.randn(tokens, width_out, device=device, dtype=torch.bfloat16),
+        )
+        for _, width_in, width_out in projections
+    ]
+    return models, data
+
+
+def call_layer(models: list, data: list) -> None:
+    """The layer's forward and backward: each projection's, in the layer's order."""
+    for model, (inputs, grad_out) in zip(models, data, strict=True):
+        forward_backward(model, inputs, grad_out)
+
+
 def time_calls(model, inputs: torch.Tensor, grad_out: torch.Tensor, repeats: int) -> tuple[float, float | None]:
     """Median milliseconds of forward + backward (``grad_out``: the output's gradient), and the peak memory one
     call adds (MiB, GPU only)."""
@@ -195,18 +214,10 @@ def profile_layer(tokens: int, rank: int, repeats: int, device: str, projections
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
     sort = "self_cuda_time_total" if device == "cuda" else "self_cpu_time_total"
-    models = [lora_projection(width_in, width_out, rank, device) for _, width_in, width_out in projections]
-    data = [
-        (
-            torch.randn(tokens, width_in, device=device, dtype=torch.bfloat16),
-            torch.randn(tokens, width_out, device=device, dtype=torch.bfloat16),
-        )
-        for _, width_in, width_out in projections
-    ]
+    models, data = layer_of_projections(tokens, rank, device, projections)
 
     def layer_call() -> None:
-        for model, (inputs, grad_out) in zip(models, data, strict=True):
-            forward_backward(model, inputs, grad_out)
+        call_layer(models, data)
 
     tables = {}
     for way in ways_on(device, PROFILED):
@@ -247,14 +258,7 @@ def measure_host_device(tokens: int, rank: int, repeats: int, projections=PROJEC
     ``repeats``). A sleep kernel goes first, so the host issues the whole layer while the GPU is busy (its time
     is the host's alone) and the layer's kernels then run back to back (CUDA events around them: the GPU's
     alone)."""
-    models = [lora_projection(width_in, width_out, rank, "cuda") for _, width_in, width_out in projections]
-    data = [
-        (
-            torch.randn(tokens, width_in, device="cuda", dtype=torch.bfloat16),
-            torch.randn(tokens, width_out, device="cuda", dtype=torch.bfloat16),
-        )
-        for _, width_in, width_out in projections
-    ]
+    models, data = layer_of_projections(tokens, rank, "cuda", projections)
     results = []
     for way in ways_on("cuda"):
         if way in FUSED_WITH:
@@ -263,8 +267,7 @@ def measure_host_device(tokens: int, rank: int, repeats: int, projections=PROJEC
         timed = [model.base_model.model[0].base_layer if way == "base" else model for model in models]
 
         def layer_call(timed: list = timed) -> None:
-            for model, (inputs, grad_out) in zip(timed, data, strict=True):
-                forward_backward(model, inputs, grad_out)
+            call_layer(timed, data)
 
         hosts, devices = [], []
         try:
