@@ -458,8 +458,7 @@ def steady_steps(wide: Any, config: dict[str, Any]) -> Any:
 
     if wide.height <= 1:
         return wide
-    steps = wide["step"]
-    kept = wide.filter(pl.col("step") > steps.min())
+    kept = wide.filter(pl.col("step") > wide["step"].min())
     if config.get("overlap_generation"):
         tail = int(config.get("overlap_request_steps") or 1)
         if kept.height > tail:

@@ -99,6 +99,11 @@ def layer_of_projections(tokens: int, rank: int, device: str, projections=PROJEC
     return models, data
 
 
+def timed_module(model, way: str):
+    """What ``way`` times of a PEFT-wrapped projection: the frozen projection alone for ``base``, else all of it."""
+    return model.base_model.model[0].base_layer if way == "base" else model
+
+
 def call_layer(models: list, data: list) -> None:
     """The layer's forward and backward: each projection's, in the layer's order."""
     for model, (inputs, grad_out) in zip(models, data, strict=True):
@@ -194,7 +199,7 @@ def measure(tokens: int, rank: int, repeats: int, device: str, projections=PROJE
         for way in ways_on(device):
             if way in FUSED_WITH:
                 fuse_lora_projections(model, FUSED_WITH[way])
-            timed = model.base_model.model[0].base_layer if way == "base" else model
+            timed = timed_module(model, way)
             try:
                 with swapped_helpers(way):
                     milliseconds, peak = time_calls(timed, inputs, grad_out, repeats)
@@ -264,7 +269,7 @@ def measure_host_device(tokens: int, rank: int, repeats: int, projections=PROJEC
         if way in FUSED_WITH:
             for model in models:
                 fuse_lora_projections(model, FUSED_WITH[way])
-        timed = [model.base_model.model[0].base_layer if way == "base" else model for model in models]
+        timed = [timed_module(model, way) for model in models]
 
         def layer_call(timed: list = timed) -> None:
             call_layer(timed, data)
