@@ -150,6 +150,20 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "overlap_training_first": True,
         **LOSS_FORWARD_CORRECTION,
     },
+    # the same with a short interpreter switch interval (train.overlap_switch_interval_ms; Python's is 5 ms): each
+    # PyTorch call gives up the lock, and the thread that gave it up can wait that long to launch its next kernel
+    "chunked-2k-overlap-switch-0.5ms": {
+        "backward_chunk_tokens": 2100,
+        "overlap_generation": True,
+        "overlap_switch_interval_ms": 0.5,
+        **LOSS_FORWARD_CORRECTION,
+    },
+    "chunked-2k-overlap-switch-0.1ms": {
+        "backward_chunk_tokens": 2100,
+        "overlap_generation": True,
+        "overlap_switch_interval_ms": 0.1,
+        **LOSS_FORWARD_CORRECTION,
+    },
     # the same with each decoder layer compiled (train.compile_layers): fewer Python-level calls for the training
     # thread, which shares the interpreter lock with the decoding thread
     "chunked-2k-overlap-compile-layers": {

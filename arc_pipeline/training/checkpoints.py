@@ -53,6 +53,7 @@ _NOT_IN_FINGERPRINT = {
     "overlap_generation",
     "overlap_request_steps",
     "overlap_training_first",
+    "overlap_switch_interval_ms",
     # the same ratio from another forward of the same weights
     "importance_sampling_from_loss_forward",
     # how the loss's gradient is computed, not what it is (and left out, checkpoints written before the field

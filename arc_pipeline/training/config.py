@@ -145,6 +145,15 @@ class TrainConfig(LoraSettings):
         "the decode takes what training leaves idle. Scheduling only: what is learned does not change. No gain "
         "measured on one H200 (docs/multi-gpu.md)",
     )
+    overlap_switch_interval_ms: float | None = Field(
+        None,
+        gt=0,
+        description="with overlap_generation: the Python interpreter's thread switch interval while training runs "
+        "(sys.setswitchinterval; None keeps Python's 5 ms). The decode thread and the training thread share one "
+        "interpreter lock, and each PyTorch call lets it go: a thread that gave it up for a kernel launch can wait "
+        "up to this long to get it back while the other runs Python, its GPU stream idle. Scheduling only: what "
+        "is learned does not change",
+    )
     training_processes: PositiveInt = Field(
         1,
         description="data-parallel training processes, one GPU each (torch.distributed; gloo on the CPU); they "

@@ -308,17 +308,12 @@ def train(
         phases.attach(trainer)
         overlapped = None
         if config.overlap_generation:  # last: its wait for the engine counts as generation
-            overlapped = OverlappedGeneration(config.overlap_request_steps, config.overlap_training_first)
-            overlapped.attach(trainer)
-        trainer.train(resume_from_checkpoint=str(resume) if resume else None)
-        if overlapped is not None:
-            log.info(
-                "overlap_generation: %d steps trained on completions decoded during an earlier step, %d generated "
-                "synchronously, %d requests",
-                overlapped.prefetched_steps,
-                overlapped.synchronous_steps,
-                overlapped.requests_sent,
-            )
+            overlapped = OverlappedGeneration.from_config(config).attach(trainer)
+        try:
+            trainer.train(resume_from_checkpoint=str(resume) if resume else None)
+        finally:
+            if overlapped is not None:
+                overlapped.finish()
     if trainer.is_world_process_zero():
         share_like_umask(checkpoint_dir)  # checkpoints too are for colleagues to read (safetensors: 0600)
     state = trainer.state

@@ -43,11 +43,15 @@ completions are taken. A device-wide ``torch.cuda.synchronize`` on the training 
 (arc_pipeline/training/phases.py synchronizes the training stream only). Both streams share the GPU's SMs as its
 scheduler hands them out; ``train.overlap_training_first`` gives training's stream the higher priority, so the
 decode, which has the rest of the step to finish, takes what training leaves idle.
+
+The two threads share the interpreter lock too: a thread that let it go around a kernel launch may wait the
+interpreter's switch interval (5 ms) to get it back, its stream idle; ``train.overlap_switch_interval_ms`` sets it.
 """
 
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 from collections import deque
 from collections.abc import Iterator
@@ -79,11 +83,15 @@ class OverlappedGeneration:
     of its engine (arc_pipeline/training/processes/weight_sync.py, arc_pipeline/training/phases.py), so that the wait
     for a request counts as generation, not as weight sync."""
 
-    def __init__(self, request_steps: int = 1, training_first: bool = False) -> None:
+    def __init__(
+        self, request_steps: int = 1, training_first: bool = False, switch_interval_ms: float | None = None
+    ) -> None:
         if request_steps < 1:
             raise ValueError(f"overlap_request_steps must be at least 1, not {request_steps}")
         self.request_steps = request_steps
         self.training_first = training_first  # colocate on a GPU: training's stream scheduled before the engine's
+        self.switch_interval_ms = switch_interval_ms  # the interpreter's, while training runs; None: left as it is
+        self._switch_interval_before: float | None = None
         self.trainer: Any = None
         self.engine: Any = None
         self.lookahead: Lookahead | None = None
@@ -97,6 +105,11 @@ class OverlappedGeneration:
         self._inner_sync: Any = None
         self.colocated = False
         self.stream: Any = None  # colocate on a GPU: the engine's CUDA stream (training has another)
+
+    @classmethod
+    def from_config(cls, config: Any) -> OverlappedGeneration:
+        """From the train config's overlap_* settings."""
+        return cls(config.overlap_request_steps, config.overlap_training_first, config.overlap_switch_interval_ms)
 
     # ------------------------------------------------------------------ wiring
 
@@ -137,7 +150,23 @@ class OverlappedGeneration:
 
         # Trainer passes the same iterator object every step of an epoch; wrapping it once keeps the read-ahead.
         trainer.get_batch_samples = get_batch_samples
+        if self.switch_interval_ms is not None:
+            self._switch_interval_before = sys.getswitchinterval()
+            sys.setswitchinterval(self.switch_interval_ms / 1000)
         return self
+
+    def finish(self) -> None:
+        """After training: log what was overlapped, and give the interpreter its switch interval back."""
+        log.info(
+            "overlap_generation: %d steps trained on completions decoded during an earlier step, %d generated "
+            "synchronously, %d requests",
+            self.prefetched_steps,
+            self.synchronous_steps,
+            self.requests_sent,
+        )
+        if self._switch_interval_before is not None:
+            sys.setswitchinterval(self._switch_interval_before)
+            self._switch_interval_before = None
 
     # ------------------------------------------------------------------ the engine's two methods
 

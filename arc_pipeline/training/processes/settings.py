@@ -33,6 +33,10 @@ def check_process_settings(config: Any) -> None:
             "overlap_training_first orders the colocated engine's stream and training's on one GPU: it needs "
             "overlap_generation: true and vllm_mode colocate"
         )
+    if config.overlap_switch_interval_ms is not None and not config.overlap_generation:
+        raise ValueError(
+            "overlap_switch_interval_ms needs overlap_generation: true (it paces the decode thread beside training)"
+        )
     if config.importance_sampling_from_loss_forward:
         _require(
             "importance_sampling_from_loss_forward",

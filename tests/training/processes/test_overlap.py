@@ -11,6 +11,7 @@ correction and training loop. The real server ran on the lent GPUs (benchmarks/R
 from __future__ import annotations
 
 import hashlib
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -199,6 +200,28 @@ def test_a_colocated_request_that_fails_on_its_thread_stops_training_with_the_en
     assert trainer.state.global_step == 1  # the synchronous first step trained; the second took the failed answer
 
 
+def test_the_switch_interval_holds_while_training_and_is_given_back(tiny_model, tmp_path):
+    dataset = distinct_prompts_dataset(tiny_model, tmp_path / "refine.parquet", 16)
+    trainer, engine = server_mode_trainer(tiny_model, dataset, tmp_path / "run", mode="colocate", max_steps=3)
+    answer, seen = engine.generate, []
+
+    def generate(*args, **kwargs):
+        seen.append((threading.current_thread().name, sys.getswitchinterval()))
+        return answer(*args, **kwargs)
+
+    engine.generate = generate
+    before = sys.getswitchinterval()
+    overlapped = OverlappedGeneration(switch_interval_ms=0.25).attach(trainer)
+    try:
+        trainer.train()
+    finally:
+        overlapped.finish()
+    assert {name for name, _ in seen} == {threading.main_thread().name, "overlap-generation"}
+    # the synchronous first request and the decode thread's later ones all ran under the interval set
+    assert all(interval == pytest.approx(0.00025) for _, interval in seen)
+    assert sys.getswitchinterval() == before
+
+
 def test_two_steps_per_request_are_sent_every_second_step_two_steps_ahead(tiny_model, tmp_path):
     dataset = distinct_prompts_dataset(tiny_model, tmp_path / "refine.parquet", 16)
     steps = 6
@@ -319,6 +342,7 @@ def test_overlap_names_the_settings_it_needs(overrides, named):
     ("overrides", "named"),
     [
         ({"overlap_request_steps": 2}, "needs overlap_generation"),
+        ({"overlap_switch_interval_ms": 0.5}, "overlap_switch_interval_ms needs overlap_generation"),
         ({"overlap_training_first": True}, "overlap_generation: true and vllm_mode colocate"),
         (
             {
