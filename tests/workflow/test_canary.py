@@ -29,8 +29,14 @@ def canary(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
     config["results_dir"] = "results"
     config["sft"]["compare_sft_then_rl"] = False
     config["evaluate"]["search"]["refiners"] = ["base", "rl"]
+    # One thread per GPU-rule job instead of the preset's 8 (capped at the 2 cores), so that Snakemake runs the
+    # DAG's independent model jobs side by side (the SFT branch beside `train`, the two searches together) rather
+    # than one after the other; a job mostly had one core anyway, the other worker's tests taking the other
+    # (docs/testing.md). Thread counts change the arithmetic's rounding only, which the checks' margins allow.
+    config.setdefault("cluster", {}).setdefault("gpu", {})["threads"] = 1
     workflow = Workflow(tmp_path_factory.mktemp("canary"), config)
-    workflow.snakemake()
+    # 27 minutes on a 2-core AVX2 machine beside the other worker: the default 30-minute guard was too close
+    workflow.snakemake(timeout=3600)
     return workflow
 
 
