@@ -146,13 +146,7 @@ class TrainConfig(LoraSettings):
         "measured on one H200 (docs/multi-gpu.md)",
     )
     overlap_switch_interval_ms: float | None = Field(
-        None,
-        gt=0,
-        description="with overlap_generation: the Python interpreter's thread switch interval while training runs "
-        "(sys.setswitchinterval; None keeps Python's 5 ms). The decode thread and the training thread share one "
-        "interpreter lock, and each PyTorch call lets it go: a thread that gave it up for a kernel launch can wait "
-        "up to this long to get it back while the other runs Python, its GPU stream idle. Scheduling only: what "
-        "is learned does not change",
+        None, gt=0, description="overlap_generation: the interpreter's switch interval during training (None: 5 ms)"
     )
     training_processes: PositiveInt = Field(
         1,
