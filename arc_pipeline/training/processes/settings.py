@@ -35,7 +35,7 @@ def check_process_settings(config: Any) -> None:
         )
     if config.overlap_switch_interval_ms is not None and not config.overlap_generation:
         raise ValueError(
-            "overlap_switch_interval_ms needs overlap_generation: true (it paces the decode thread beside training)"
+            "overlap_switch_interval_ms needs overlap_generation: true (it paces the training and decoding threads)"
         )
     if config.importance_sampling_from_loss_forward:
         _require(
