@@ -151,7 +151,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
         **LOSS_FORWARD_CORRECTION,
     },
     # the same with a short interpreter switch interval (train.overlap_switch_interval_ms; Python's is 5 ms): each
-    # PyTorch call gives up the lock, and the thread that gave it up can wait that long to launch its next kernel
+    # PyTorch call gives up the lock, and the thread that gave it up can wait that long to launch its next kernel.
+    # 0.5 ms: 15.9 s against 16.2 s, within the spread (benchmarks/README.md, ninth lease)
     "chunked-2k-overlap-switch-0.5ms": {
         "backward_chunk_tokens": 2100,
         "overlap_generation": True,
