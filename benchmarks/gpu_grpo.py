@@ -136,6 +136,15 @@ VARIANTS: dict[str, dict[str, Any]] = {
     # the colocated engine decodes the next step's completions on its own stream while this step trains
     # (train.overlap_generation in colocate mode): decoding reads memory, training computes, on one GPU
     "chunked-2k-overlap": {"backward_chunk_tokens": 2100, "overlap_generation": True, **LOSS_FORWARD_CORRECTION},
+    # cascade attention in the colocated engine (train.vllm_cascade_attention): the step's 32 completions share their
+    # prompt, whose keys and values each decoding step then reads once instead of 32 times; on-policy and overlapped
+    "chunked-2k-cascade": {"backward_chunk_tokens": 2100, "vllm_cascade_attention": True},
+    "chunked-2k-overlap-cascade": {
+        "backward_chunk_tokens": 2100,
+        "overlap_generation": True,
+        "vllm_cascade_attention": True,
+        **LOSS_FORWARD_CORRECTION,
+    },
     "chunked-2k-overlap-fp8-rollouts-fused-lora": {
         "backward_chunk_tokens": 2100,
         "overlap_generation": True,

@@ -67,6 +67,7 @@ _NOT_IN_FINGERPRINT = {
     "liger_kernels",
     "fused_lora",
     "fused_lora_kernels",
+    "vllm_cascade_attention",
 }
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
 _WHOLE_FILE_BYTES = 4 << 20  # files up to this size are hashed whole; larger ones (weights) sampled

@@ -5,8 +5,7 @@ defaults the published run relied on (loss type, beta 0, top_p 1.0, bf16 on, no 
 :func:`arc_pipeline.training.trainer_args.grpo_arguments` sets every one of them from here explicitly and never
 relies on TRL's defaults.
 
-Collapse guards (entropy and truncation watch, soft overlong penalty, clip-higher) are off by
-default, as they were in the published run.
+Collapse guards (entropy and truncation watch, soft overlong penalty, clip-higher) are off, as published.
 """
 
 from __future__ import annotations
@@ -70,6 +69,7 @@ class TrainConfig(LoraSettings):
         description="colocate: the rollout engine's weights in fp8, quantized again at each weight sync, training in "
         "bf16; it changes what is sampled (arc_pipeline/training/processes/quantized_rollouts.py)",
     )
+    vllm_cascade_attention: bool = Field(False, description="colocate: vLLM's cascade attention (rollout_engine.py)")
     torch_compile: bool = Field(False, description="torch.compile the policy (transformers' torch_compile)")
     compile_layers: bool = Field(
         False,

@@ -230,7 +230,8 @@ def train(
     from arc_pipeline.training.phases import PhaseTimer
     from arc_pipeline.training.processes.overlap import OverlappedGeneration
     from arc_pipeline.training.processes.preemption import CheckpointOnSigterm
-    from arc_pipeline.training.processes.quantized_rollouts import engine_built_with, sync_by_reload
+    from arc_pipeline.training.processes.quantized_rollouts import sync_by_reload
+    from arc_pipeline.training.processes.rollout_engine import engine_built_with, engine_overrides
     from arc_pipeline.training.processes.weight_sync import release_stranded_sync_buffers
     from arc_pipeline.training.rewards import ArcReward, soft_overlong_penalty
     from arc_pipeline.training.speed.chunked_backward import ChunkedBackward
@@ -279,7 +280,7 @@ def train(
             penalty = soft_overlong_penalty(config.max_completion_length, config.soft_overlong_cache)
             rewards.append((penalty, config.soft_overlong_weight))
         rewards.extend(extra_rewards)
-        with engine_built_with(config.vllm_quantization):
+        with engine_built_with(engine_overrides(config)):
             trainer = GRPOTrainer(
                 model=model,
                 reward_funcs=[func for func, _ in rewards],

@@ -5,8 +5,8 @@ Each decoding step (one token for each of the step's sequences) reads every weig
 bytes bound much of the generation phase, the largest phase of the preset's step (benchmarks/README.md); fp8
 halves them. Two things in TRL's colocated engine assume unquantized weights, and this module replaces them:
 
-- TRL builds the engine with ``quantization=None`` (bitsandbytes models aside): :func:`engine_built_with` hands
-  vLLM the setting while the trainer is constructed;
+- TRL builds the engine with ``quantization=None`` (bitsandbytes models aside): ``rollout_engine.py`` hands vLLM
+  the setting while the trainer is constructed;
 - TRL's weight sync writes each bfloat16 tensor into the engine's parameter with ``load_weights``, which would
   put bfloat16 values in fp8 storage: :func:`sync_by_reload` routes the sync through vLLM's in-place reload
   (``reload_weights(weights_iterator=..., is_checkpoint_format=True)``), which gathers each layer's new weights,
@@ -20,14 +20,9 @@ the setting is off in the presets until the canary says so.
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 from arc_pipeline.errors import PipelineError
-
-log = logging.getLogger(__name__)
 
 
 def with_quantization(engine_kwargs: dict[str, Any], quantization: str) -> dict[str, Any]:
@@ -40,28 +35,6 @@ def with_quantization(engine_kwargs: dict[str, Any], quantization: str) -> dict[
             f"{chosen!r} for this model; leave vllm_quantization at none"
         )
     return {**engine_kwargs, "quantization": quantization}
-
-
-@contextmanager
-def engine_built_with(quantization: str) -> Iterator[None]:
-    """While the trainer is constructed, TRL's colocated engine is built with ``quantization`` (the setting's
-    value; ``none``: as TRL builds it)."""
-    if quantization == "none":
-        yield
-        return
-    from trl.generation import vllm_generation
-
-    build = vllm_generation.LLM
-
-    def build_quantized(*args: Any, **kwargs: Any) -> Any:
-        log.info("vllm_quantization: the rollout engine holds its weights in %s", quantization)
-        return build(*args, **with_quantization(kwargs, quantization))
-
-    vllm_generation.LLM = build_quantized
-    try:
-        yield
-    finally:
-        vllm_generation.LLM = build
 
 
 def sync_by_reload(engine: Any) -> None:

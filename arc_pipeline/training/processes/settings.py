@@ -64,6 +64,16 @@ def check_process_settings(config: Any) -> None:
                 "backend trl (unsloth runs its own engine)": config.backend == "trl",
             },
         )
+    if config.vllm_cascade_attention:
+        _require(
+            "vllm_cascade_attention",
+            {
+                "use_vllm: true and vllm_mode 'colocate' (the engine TRL builds in the training process)": (
+                    config.use_vllm and config.vllm_mode == "colocate"
+                ),
+                "backend trl (unsloth runs its own engine)": config.backend == "trl",
+            },
+        )
     if config.vllm_server_gpus % config.vllm_server_tensor_parallel_size:
         raise ValueError(
             f"vllm_server_gpus ({config.vllm_server_gpus}) must be a multiple of vllm_server_tensor_parallel_size "

@@ -1,0 +1,61 @@
+"""TRL's colocated rollout engine, built with the vLLM arguments the train settings add to TRL's own.
+
+TRL constructs the engine itself (``trl.generation.vllm_generation.LLM``) from a fixed set of its arguments;
+:func:`engine_built_with` hands vLLM the extra ones while the trainer is constructed:
+
+- ``train.vllm_quantization``: the weights in fp8 (``quantized_rollouts.py`` keeps them in sync);
+- ``train.vllm_cascade_attention``: vLLM 0.31's cascade attention. Every completion of a GRPO step answers the
+  same prompt (one task per step, ``num_generations`` samples), so every running sequence shares a prefix of the
+  prompt's length (about 2,000 tokens in the preset). Cascade attention reads that prefix's keys and values once
+  per decoding step for all sequences, instead of once per sequence; vLLM decides per step by its cost model,
+  which for 32 sequences of a 2,000-token prompt with Llama-3-8B's 32 query and 8 key-value heads on 132 SMs
+  picks it (17 against 33 in the model's units). The same attention, computed in two parts and merged, so the
+  samples differ from the default kernel's only by rounding; vLLM keeps it off by default, and a step that uses
+  it runs piecewise CUDA graphs instead of full ones. vLLM 0.32 removed it (the argument is then ignored).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from arc_pipeline.training.processes.quantized_rollouts import with_quantization
+
+log = logging.getLogger(__name__)
+
+
+def engine_overrides(config: Any) -> dict[str, Any]:
+    """The vLLM arguments a ``TrainConfig`` adds to those TRL builds the colocated engine with ({}: TRL's as they
+    are; typed ``Any``: this module is below config.py)."""
+    overrides: dict[str, Any] = {}
+    if config.vllm_quantization != "none":
+        overrides["quantization"] = config.vllm_quantization
+    if config.vllm_cascade_attention:
+        overrides["disable_cascade_attn"] = False  # vLLM's flag is the negation
+    return overrides
+
+
+@contextmanager
+def engine_built_with(overrides: dict[str, Any]) -> Iterator[None]:
+    """While the trainer is constructed, TRL's colocated engine is built with ``overrides`` on top of TRL's own
+    arguments (a quantization TRL chose itself is an error, :func:`with_quantization`)."""
+    if not overrides:
+        yield
+        return
+    from trl.generation import vllm_generation
+
+    build = vllm_generation.LLM
+
+    def build_with_overrides(*args: Any, **kwargs: Any) -> Any:
+        log.info("rollout engine: vLLM arguments beyond TRL's: %s", overrides)
+        if "quantization" in overrides:
+            kwargs = with_quantization(kwargs, overrides["quantization"])
+        return build(*args, **{**kwargs, **overrides})
+
+    vllm_generation.LLM = build_with_overrides
+    try:
+        yield
+    finally:
+        vllm_generation.LLM = build

@@ -1,0 +1,60 @@
+"""The colocated rollout engine's vLLM arguments beyond TRL's (arc_pipeline/training/processes/rollout_engine.py):
+which settings add which argument, that TRL's engine construction receives them only while the trainer is built,
+and the settings cascade attention cannot work with."""
+
+from __future__ import annotations
+
+import pytest
+
+from arc_pipeline.errors import PipelineError
+from arc_pipeline.training.config import TrainConfig
+from arc_pipeline.training.processes.rollout_engine import engine_built_with, engine_overrides
+
+GPU_COLOCATE = dict(use_vllm=True, vllm_importance_sampling_correction=True)
+
+
+@pytest.mark.parametrize(
+    ("values", "overrides"),
+    [
+        ({}, {}),
+        ({"vllm_cascade_attention": True}, {"disable_cascade_attn": False}),
+        ({"vllm_quantization": "fp8"}, {"quantization": "fp8"}),
+        (
+            {"vllm_cascade_attention": True, "vllm_quantization": "fp8"},
+            {"disable_cascade_attn": False, "quantization": "fp8"},
+        ),
+    ],
+)
+def test_each_setting_adds_its_vllm_argument(values, overrides):
+    assert engine_overrides(TrainConfig(**GPU_COLOCATE, **values)) == overrides
+
+
+def test_trls_engine_gets_the_arguments_while_the_trainer_is_built_and_only_then(monkeypatch):
+    from trl.generation import vllm_generation
+
+    built = []
+    monkeypatch.setattr(vllm_generation, "LLM", lambda *args, **kwargs: built.append(kwargs))
+    trls_own = {"model": "m", "quantization": None, "seed": 0}
+    with engine_built_with({"disable_cascade_attn": False, "quantization": "fp8"}):
+        vllm_generation.LLM(**trls_own)
+    vllm_generation.LLM(**trls_own)  # after the trainer was built: TRL's arguments as they are
+    with engine_built_with({}):
+        vllm_generation.LLM(**trls_own)
+    assert built == [{**trls_own, "disable_cascade_attn": False, "quantization": "fp8"}, trls_own, trls_own]
+    with engine_built_with({"quantization": "fp8"}), pytest.raises(PipelineError, match="'bitsandbytes'"):
+        vllm_generation.LLM(model="m", quantization="bitsandbytes")
+    vllm_generation.LLM(model="m")  # restored after the error too
+    assert built[-1] == {"model": "m"}
+
+
+@pytest.mark.parametrize(
+    ("values", "need"),
+    [
+        ({"vllm_mode": "server"}, "vllm_mode 'colocate'"),
+        ({"use_vllm": False}, "use_vllm: true"),
+        ({"backend": "unsloth"}, "backend trl"),
+    ],
+)
+def test_settings_cascade_attention_cannot_work_with_are_refused(values, need):
+    with pytest.raises(ValueError, match=f"vllm_cascade_attention needs .*{need}"):
+        TrainConfig(vllm_cascade_attention=True, **{**GPU_COLOCATE, **values})
