@@ -8,10 +8,10 @@ TRL constructs the engine itself (``trl.generation.vllm_generation.LLM``) from a
   same prompt (one task per step, ``num_generations`` samples), so every running sequence shares a prefix of the
   prompt's length (about 2,000 tokens in the preset). Cascade attention reads that prefix's keys and values once
   per decoding step for all sequences, instead of once per sequence; vLLM decides per step by its cost model,
-  which for 32 sequences of a 2,000-token prompt with Llama-3-8B's 32 query and 8 key-value heads on 132 SMs
-  picks it (17 against 33 in the model's units). The same attention, computed in two parts and merged, so the
-  samples differ from the default kernel's only by rounding; vLLM keeps it off by default, and a step that uses
-  it runs piecewise CUDA graphs instead of full ones. vLLM 0.32 removed it (the argument is then ignored).
+  which for 32 sequences sharing 2,048 tokens (whole cache blocks) with Llama-3-8B's 32 query and 8 key-value
+  heads on 132 SMs picks it (16 against 32 in the model's units). The same attention, computed in two parts and
+  merged, so the samples differ from the default kernel's only by rounding; vLLM keeps it off by default, and a
+  step that uses it runs piecewise CUDA graphs instead of full ones. vLLM 0.32 removed it (then ignored).
 """
 
 from __future__ import annotations
