@@ -52,28 +52,17 @@ def check_process_settings(config: Any) -> None:
         _require(
             f"vllm_quantization {config.vllm_quantization!r}",
             {
-                "use_vllm: true and vllm_mode 'colocate' (the engine in the training process)": (
-                    config.use_vllm and config.vllm_mode == "colocate"
-                ),
+                **_trls_colocated_engine(config),
                 "vllm_enable_sleep_mode: false (a sleeping engine drops the weights the reload requantizes)": (
                     not config.vllm_enable_sleep_mode
                 ),
                 "vllm_importance_sampling_correction: true (it reweights for the quantized sampler)": (
                     config.vllm_importance_sampling_correction
                 ),
-                "backend trl (unsloth runs its own engine)": config.backend == "trl",
             },
         )
     if config.vllm_cascade_attention:
-        _require(
-            "vllm_cascade_attention",
-            {
-                "use_vllm: true and vllm_mode 'colocate' (the engine TRL builds in the training process)": (
-                    config.use_vllm and config.vllm_mode == "colocate"
-                ),
-                "backend trl (unsloth runs its own engine)": config.backend == "trl",
-            },
-        )
+        _require("vllm_cascade_attention", _trls_colocated_engine(config))
     if config.vllm_server_gpus % config.vllm_server_tensor_parallel_size:
         raise ValueError(
             f"vllm_server_gpus ({config.vllm_server_gpus}) must be a multiple of vllm_server_tensor_parallel_size "
@@ -83,6 +72,16 @@ def check_process_settings(config: Any) -> None:
         raise ValueError("backward_chunk_tokens is for backend trl: unsloth computes its own GRPO loss")
     if config.backend == "unsloth" and config.launched:
         raise ValueError("training_processes > 1 and vllm_mode 'server' need backend trl (unsloth: one GPU)")
+
+
+def _trls_colocated_engine(config: Any) -> dict[str, bool]:
+    """The needs of a setting that changes the vLLM engine TRL builds in the training process (rollout_engine.py)."""
+    return {
+        "use_vllm: true and vllm_mode 'colocate' (the engine in the training process)": (
+            config.use_vllm and config.vllm_mode == "colocate"
+        ),
+        "backend trl (unsloth runs its own engine)": config.backend == "trl",
+    }
 
 
 def _require(setting: str, needs: dict[str, bool]) -> None:
