@@ -137,8 +137,11 @@ VARIANTS: dict[str, dict[str, Any]] = {
     # (train.overlap_generation in colocate mode): decoding reads memory, training computes, on one GPU
     "chunked-2k-overlap": {"backward_chunk_tokens": 2100, "overlap_generation": True, **LOSS_FORWARD_CORRECTION},
     # cascade attention in the colocated engine (train.vllm_cascade_attention): the step's 32 completions share their
-    # prompt, whose keys and values each decoding step then reads once instead of 32 times; on-policy and overlapped
+    # prompt, whose keys and values each decoding step then reads once instead of 32 times; on-policy and overlapped.
+    # Only vLLM's V1 model runner builds it (the setting selects that runner; engine_args.py): runs before the
+    # tenth lease's fix had Model Runner V2 and no cascade. chunked-2k-v1-runner is the control: that runner alone
     "chunked-2k-cascade": {"backward_chunk_tokens": 2100, "vllm_cascade_attention": True},
+    "chunked-2k-v1-runner": {"backward_chunk_tokens": 2100},
     "chunked-2k-overlap-cascade": {
         "backward_chunk_tokens": 2100,
         "overlap_generation": True,
@@ -292,6 +295,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
 }
 # environment of a variant's process (set before CUDA starts)
 VARIANT_ENVIRONMENT: dict[str, dict[str, str]] = {
+    "chunked-2k-v1-runner": {"VLLM_USE_V2_MODEL_RUNNER": "0"},
     "chunked-2k-expandable": {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"},
     "chunked-2k-flashinfer-sampler": {"VLLM_USE_FLASHINFER_SAMPLER": "1"},
     "chunked-2k-fused-lora-flashinfer-sampler": {"VLLM_USE_FLASHINFER_SAMPLER": "1"},

@@ -36,7 +36,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from arc_pipeline.generation.engine_args import engine_arguments, platform_environment, platform_workarounds
+from arc_pipeline.generation.engine_args import (
+    engine_arguments,
+    lever_environment,
+    platform_environment,
+    platform_workarounds,
+)
 from arc_pipeline.generation.process_tree import own_descendants
 from arc_pipeline.generation.seeding import derive_seed
 from arc_pipeline.generation.watchdog import StallWatchdog
@@ -81,8 +86,9 @@ class EngineOptions(BaseModel):
     cascade_attention: bool = Field(
         False,
         description="vLLM 0.31's cascade attention: a prefix shared by every running sequence (256+ tokens) is "
-        "read once per step, not once per sequence; vLLM still decides per step. Off = vLLM's default; vLLM "
-        "0.32 removed it (ignored with a warning). See arc_pipeline/generation/engine_args.py",
+        "read once per step, not once per sequence; vLLM still decides per step, in its V1 model runner (set with "
+        "it). Off = vLLM's default; vLLM 0.32 removed it (ignored with a warning). See "
+        "arc_pipeline/generation/engine_args.py",
     )
     seed: int = Field(0, description="engine seed (requests get their own derived seeds)")
     stall_timeout_s: float = Field(
@@ -187,7 +193,7 @@ class Engine:
         self.stage = stage
         kwargs = engine_arguments(config)
         kwargs.update(platform_workarounds(config))
-        environment = platform_environment(config)
+        environment = {**platform_environment(config), **lever_environment(config.cascade_attention)}
         for name, value in environment.items():
             os.environ.setdefault(name, value)
         started = time.perf_counter()

