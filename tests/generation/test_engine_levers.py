@@ -121,9 +121,9 @@ def test_real_vllm_takes_the_levers_into_its_engine_config(tmp_path: Path, monke
         EngineArgs(**cascade).create_engine_config()
     assert any("cascade" in str(warning.message) for warning in caught)
     # ...and the environment that goes with it makes vLLM choose its V1 model runner, the one that builds it
-    from arc_pipeline.generation.engine_args import lever_environment
-
     from vllm import envs
+
+    from arc_pipeline.generation.engine_args import lever_environment
 
     assert lever_environment(False) == {}
     monkeypatch.delenv("VLLM_USE_V2_MODEL_RUNNER", raising=False)
