@@ -139,7 +139,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
     # cascade attention in the colocated engine (train.vllm_cascade_attention): the step's 32 completions share their
     # prompt, whose keys and values each decoding step then reads once instead of 32 times; on-policy and overlapped.
     # Only vLLM's V1 model runner builds it (the setting selects that runner; engine_args.py): runs before the
-    # tenth lease's fix had Model Runner V2 and no cascade. chunked-2k-v1-runner is the control: that runner alone
+    # tenth lease's fix had Model Runner V2 and no cascade. chunked-2k-v1-runner is the control: that runner alone.
+    # Measured on 2026-11-30 (benchmarks/README.md): generation 2.4x as long, cascade steps lose the full CUDA graph
     "chunked-2k-cascade": {"backward_chunk_tokens": 2100, "vllm_cascade_attention": True},
     "chunked-2k-v1-runner": {"backward_chunk_tokens": 2100},
     "chunked-2k-overlap-cascade": {

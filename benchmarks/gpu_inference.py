@@ -30,11 +30,17 @@ engine and GPU each; same prompts, same seeds) and prints one table of tokens/s:
   they measure, they are not levers to adopt.
 
     python benchmarks/gpu_inference.py --tasks 250 --variants baseline fp8-kv fp8-kv-seqs cascade
+
+Where one stack is slower than another (issue 51: vLLM 0.31 at 0.93x of 0.26), ``--profile DIR`` runs vLLM's
+torch profiler over ``--profile-steps`` engine steps after the first ``--profile-delay`` and prints the top of
+its kernel table (all of it in ``DIR/<variant>/``, the traces beside it); the profiler
+slows those steps, so a profiled run's rates are not figures.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import subprocess
@@ -146,6 +152,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         choices=VARIANTS,
         help="measure these variants side by side, one process each (default: the baseline alone, in this process)",
     )
+    parser.add_argument("--profile", type=Path, help="profile some engine steps into this folder (see above)")
+    parser.add_argument("--profile-delay", type=int, default=200, help="engine steps before the profiled ones")
+    parser.add_argument("--profile-steps", type=int, default=100, help="engine steps profiled")
     parser.add_argument("--result-json", type=Path, help=argparse.SUPPRESS)  # a variant's child process writes here
     return parser.parse_args(argv)
 
@@ -207,10 +216,12 @@ def measure(args: argparse.Namespace, variant: str) -> dict[str, Any]:
     settings = variant_settings(args, variant)
     config = EngineConfig(model=str(model_dir), **settings)
     sampling = variant_sampling(args, variant)
+    profile = profiler_arguments(args, variant)
     started = time.perf_counter()
-    engine = Engine(config)
+    engine = Engine(config, extra_arguments=profile)
     start_s = time.perf_counter() - started
-    generations = engine.generate(prompts, sampling, keys=[str(i) for i in range(len(prompts))])
+    with engine.profiling() if profile else contextlib.nullcontext():
+        generations = engine.generate(prompts, sampling, keys=[str(i) for i in range(len(prompts))])
     engine.close()
     lengths = [len(p) for p in prompts]
     return {
@@ -225,7 +236,39 @@ def measure(args: argparse.Namespace, variant: str) -> dict[str, Any]:
         "skipped": len(generations.skipped),
         "prompt_mean": float(np.mean(lengths)),
         "prompt_max": max(lengths),
+        "profile_table": profile_table(Path(profile["profiler_config"]["torch_profiler_dir"])) if profile else None,
     }
+
+
+def profiler_arguments(args: argparse.Namespace, variant: str) -> dict[str, Any]:
+    """The engine's ``profiler_config`` under ``--profile`` ({}: none): PyTorch's profiler over
+    ``--profile-steps`` engine steps after ``--profile-delay``, its table sorted by device time; without Python
+    stacks, which would slow every step. The same fields in vLLM 0.26, 0.31 and 0.32."""
+    if args.profile is None:
+        return {}
+    folder = (args.profile / variant).resolve()  # vLLM asks for an absolute path
+    folder.mkdir(parents=True, exist_ok=True)
+    return {
+        "profiler_config": {
+            "profiler": "torch",
+            "torch_profiler_dir": str(folder),
+            "torch_profiler_with_stack": False,
+            "delay_iterations": args.profile_delay,
+            "max_iterations": args.profile_steps,
+        }
+    }
+
+
+PROFILE_TABLE_LINES = 40
+
+
+def profile_table(folder: Path) -> str:
+    """The top of the kernel table vLLM's profiler wrote into ``folder`` (rank 0: ``profiler_out_0.txt`` in vLLM
+    0.26 and 0.31, ``rank0.profiler_out.txt`` in 0.32), or why there is none."""
+    tables = sorted(folder.glob("*profiler_out*.txt"))
+    if not tables:
+        return f"no profiler table in {folder}"
+    return "\n".join(tables[0].read_text().splitlines()[:PROFILE_TABLE_LINES])
 
 
 def device_name() -> str:
@@ -319,7 +362,10 @@ def main(argv: list[str] | None = None) -> None:
         args.result_json.write_text(json.dumps(measure(args, variant)))
         return
     if not args.variants:
-        print_single(args, measure(args, "baseline"))
+        result = measure(args, "baseline")
+        print_single(args, result)
+        if result["profile_table"]:
+            print(f"\nprofile ({args.profile / 'baseline'}):\n{result['profile_table']}")
         return
     results = run_variants(args, without_variants(argv))
     print(
@@ -329,6 +375,9 @@ def main(argv: list[str] | None = None) -> None:
         f"{not args.no_prefix_caching}, CUDA graphs {not args.enforce_eager}, seeded {not args.unseeded}\n"
     )
     print(variants_table(results))
+    for result in results:
+        if result.get("profile_table"):
+            print(f"\nprofile of {result['variant']} ({args.profile / result['variant']}):\n{result['profile_table']}")
 
 
 if __name__ == "__main__":

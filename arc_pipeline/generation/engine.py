@@ -30,7 +30,8 @@ import gc
 import logging
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -87,8 +88,9 @@ class EngineOptions(BaseModel):
         False,
         description="vLLM 0.31's cascade attention: a prefix shared by every running sequence (256+ tokens) is "
         "read once per step, not once per sequence; vLLM still decides per step, in its V1 model runner (set with "
-        "it). Off = vLLM's default; vLLM 0.32 removed it (ignored with a warning). See "
-        "arc_pipeline/generation/engine_args.py",
+        "it). Off = vLLM's default, and off here: a step that uses it runs without the full CUDA graph, which "
+        "made GRPO's generation 2.4x as long on an H200 (docs/defaults.md). vLLM 0.32 removed it (ignored with a "
+        "warning). See arc_pipeline/generation/engine_args.py",
     )
     seed: int = Field(0, description="engine seed (requests get their own derived seeds)")
     stall_timeout_s: float = Field(
@@ -185,7 +187,9 @@ STALL_REMEDY = (
 class Engine:
     """One loaded model. Build it once per process; ``generate`` as often as needed."""
 
-    def __init__(self, config: EngineConfig, stage: str = "inference"):
+    def __init__(self, config: EngineConfig, stage: str = "inference", extra_arguments: dict[str, Any] | None = None):
+        """``extra_arguments``: ``vllm.LLM`` arguments no setting holds, on top of the config's (the GPU
+        benchmark's ``profiler_config``: benchmarks/gpu_inference.py)."""
         from vllm import LLM  # heavy import: only when an engine is really built
 
         own_descendants()
@@ -193,6 +197,7 @@ class Engine:
         self.stage = stage
         kwargs = engine_arguments(config)
         kwargs.update(platform_workarounds(config))
+        kwargs.update(extra_arguments or {})
         environment = {**platform_environment(config), **lever_environment(config.cascade_attention)}
         for name, value in environment.items():
             os.environ.setdefault(name, value)
@@ -337,6 +342,16 @@ class Engine:
             result.seconds,
         )
         return result
+
+    @contextmanager
+    def profiling(self) -> Iterator[None]:
+        """vLLM's profiler over what runs inside (the engine built with a ``profiler_config``): it writes its
+        traces and its table of kernels (``profiler_out_0.txt``) into that config's folder at the end."""
+        self._llm.start_profile()
+        try:
+            yield
+        finally:
+            self._llm.stop_profile()
 
     def close(self) -> None:
         """Free the engine (its worker processes exit when the LLM object is collected)."""

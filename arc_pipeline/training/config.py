@@ -69,7 +69,10 @@ class TrainConfig(LoraSettings):
         description="colocate: the rollout engine's weights in fp8, quantized again at each weight sync, training in "
         "bf16; it changes what is sampled (arc_pipeline/training/processes/quantized_rollouts.py)",
     )
-    vllm_cascade_attention: bool = Field(False, description="colocate: vLLM's cascade attention (rollout_engine.py)")
+    vllm_cascade_attention: bool = Field(
+        False,
+        description="colocate: vLLM's cascade attention (rollout_engine.py); measured 2.4x slower generation: off",
+    )
     torch_compile: bool = Field(False, description="torch.compile the policy (transformers' torch_compile)")
     compile_layers: bool = Field(
         False,

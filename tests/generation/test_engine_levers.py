@@ -114,6 +114,12 @@ def test_real_vllm_takes_the_levers_into_its_engine_config(tmp_path: Path, monke
     assert vllm_config.cache_config.cache_dtype == "fp8_e5m2"
     assert vllm_config.scheduler_config.max_num_seqs == 48
     assert vllm_config.cache_config.gpu_memory_utilization == 0.5
+    # the GPU benchmark's profiler (benchmarks/gpu_inference.py --profile), through Engine's extra_arguments
+    bench = _benchmark_module()
+    profiled = bench.profiler_arguments(bench.parse_args(["--profile", str(tmp_path / "profile")]), "fp8-kv")
+    profiler = EngineArgs(**kwargs, **profiled).create_engine_config().profiler_config
+    assert (profiler.profiler, profiler.delay_iterations, profiler.max_iterations) == ("torch", 200, 100)
+    assert profiler.torch_profiler_dir == str((tmp_path / "profile" / "fp8-kv").resolve())
     # cascade attention: a known engine argument (vLLM 0.31 uses it; 0.32, installed here, accepts it and warns)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -184,6 +190,15 @@ def test_benchmark_prompts_are_unchanged_without_a_common_prefix_and_share_one_w
     assert [len(p) for p in plain] == [len(p) for p in shared]
     assert all(p[256:] == q[256:] for p, q in zip(plain, shared))  # the tails stay the baseline's
     assert len({tuple(p[:256]) for p in shared}) == 1 and len({tuple(p[:256]) for p in plain}) == 4
+
+
+def test_the_profile_table_is_the_top_of_the_one_vllm_wrote(tmp_path: Path) -> None:
+    bench = _benchmark_module()
+    assert bench.profiler_arguments(bench.parse_args([]), "baseline") == {}  # no --profile: no profiler
+    assert bench.profile_table(tmp_path) == f"no profiler table in {tmp_path}"
+    lines = [f"kernel {index}" for index in range(100)]
+    (tmp_path / "profiler_out_0.txt").write_text("\n".join(lines))  # vLLM 0.26's and 0.31's name for rank 0
+    assert bench.profile_table(tmp_path).splitlines() == lines[: bench.PROFILE_TABLE_LINES]
 
 
 def test_children_get_one_variant_each() -> None:

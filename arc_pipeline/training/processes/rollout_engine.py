@@ -13,6 +13,8 @@ TRL constructs the engine itself (``trl.generation.vllm_generation.LLM``) from a
   merged, so the samples differ from the default kernel's only by rounding; vLLM keeps it off by default, and a
   step that uses it runs piecewise CUDA graphs instead of full ones. vLLM 0.32 removed it (then ignored). Only
   vLLM's V1 model runner builds it, so the engine is built with that runner (``engine_args.lever_environment``).
+  Measured on an H200 (vLLM 0.31, benchmarks/README.md, 2026-11-30): the step's generation took 20.5 s against
+  8.4 s with that runner alone; the lost full CUDA graph costs more than the prefix's reads save. Off.
 """
 
 from __future__ import annotations
