@@ -15,7 +15,7 @@ import polars as pl
 
 from arc_pipeline.errors import PipelineError
 from arc_pipeline.models.tokens import adds_bos
-from arc_pipeline.training.config import LoraSettings
+from arc_pipeline.training.lora_settings import LoraSettings
 
 
 def load_causal_lm(model_dir: str | os.PathLike, bf16: bool) -> Any:

@@ -12,32 +12,14 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
+from pydantic import ConfigDict, Field, PositiveInt, model_validator
 
 from arc_pipeline.generation.engine import KvCacheDtype
 from arc_pipeline.scoring.rewards import REWARD_NAMES
 from arc_pipeline.training.collapse_settings import CollapseGuardConfig
+from arc_pipeline.training.lora_settings import LoraSettings
 from arc_pipeline.training.processes.settings import check_process_settings
 from arc_pipeline.training.speed.settings import check_speed_settings
-
-ALL_PROJECTIONS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
-
-
-class LoraSettings(BaseModel):
-    """The LoRA adapter's shape, one definition for every stage that trains one (``train``: GRPO, ``sft``):
-    an SFT adapter that GRPO continues must have the shape GRPO would have given it.
-
-    Published run: rank 1, rsLoRA, alpha 64, all attention and MLP projections."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    lora_r: PositiveInt = Field(1, description="LoRA rank (published run: 1, after 'LoRA without regret')")
-    lora_alpha: float = Field(64, gt=0, description="LoRA alpha (published run: 64)")
-    use_rslora: bool = Field(True, description="rank-stabilised scaling alpha/sqrt(r) (published run: on)")
-    lora_dropout: float = Field(0.0, ge=0, lt=1, description="LoRA dropout (published run: 0)")
-    lora_target_modules: list[str] = Field(
-        default_factory=lambda: list(ALL_PROJECTIONS), description="modules that get an adapter (published run: all 7)"
-    )
 
 
 class TrainConfig(LoraSettings):
@@ -181,7 +163,9 @@ class TrainConfig(LoraSettings):
         "keys and values are attended to by every completion (FlashAttention on a GPU), for the policy's forward "
         "and backward and the reference log-probs (arc_pipeline/training/speed/shared_prompt.py). The same "
         "log-probs and gradients up to rounding; in the presets a step's 32 completions answer one task, so 51k of a "
-        "full-length step's 84k tokens are prompt. Backend trl (unsloth computes its own log-probs)",
+        "full-length step's 84k tokens are prompt. Backend trl (unsloth computes its own log-probs). Without vLLM "
+        "(use_vllm off: CPU runs), transformers' generate also prefills each prompt once for its completions "
+        "(arc_pipeline/training/speed/shared_prompt_generation.py): the same samples",
     )
     seed: int = Field(42, description="seed of adapter initialisation, data order and sampling")
 

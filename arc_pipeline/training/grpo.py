@@ -239,6 +239,7 @@ def train(
     from arc_pipeline.training.speed.correction import CorrectionFromLossForward
     from arc_pipeline.training.speed.fused_lora import fuse_lora_projections
     from arc_pipeline.training.speed.shared_prompt import SharedPromptForward
+    from arc_pipeline.training.speed.shared_prompt_generation import SharedPromptGeneration
 
     output = Path(output)
     checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir is not None else default_checkpoint_dir(output)
@@ -301,6 +302,8 @@ def train(
         shared_prompt = None
         if config.share_prompt_forward and config.backend == "trl":  # unsloth: its own log-probs
             shared_prompt = SharedPromptForward().attach(trainer)
+        if config.share_prompt_forward and config.backend == "trl" and not config.use_vllm:
+            SharedPromptGeneration().attach(trainer)  # transformers' generate: each prompt prefilled once
         if config.importance_sampling_from_loss_forward:
             CorrectionFromLossForward().attach(trainer)  # each loss computation (each chunk) fills its own ratio
         if config.backward_chunk_tokens is not None:

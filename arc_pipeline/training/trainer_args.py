@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from arc_pipeline.errors import PipelineError
-from arc_pipeline.training.config import LoraSettings, TrainConfig
+from arc_pipeline.training.config import TrainConfig
+from arc_pipeline.training.lora_settings import LoraSettings
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """Every knob of supervised fine-tuning of the refinement LoRA (the workflow config's ``sft`` section).
 
-The adapter's shape is :class:`~arc_pipeline.training.config.LoraSettings`, shared with GRPO (``train``), so an
+The adapter's shape is :class:`~arc_pipeline.training.lora_settings.LoraSettings`, shared with GRPO (``train``), so an
 SFT adapter is what GRPO would have trained and GRPO can continue it. The optimisation defaults are ordinary SFT
 values for a rank-1 rsLoRA (a rate far above GRPO's 4e-6: SFT's loss is a likelihood, not a clipped ratio of
 a few hundred sampled tokens), not a published run's: there was none.
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pydantic import ConfigDict, Field, PositiveInt, model_validator
 
-from arc_pipeline.training.config import LoraSettings
+from arc_pipeline.training.lora_settings import LoraSettings
 
 # Config fields that do not change what is learned: changing them keeps the checkpoints (max_steps too, as
 # GRPO's: a longer run resumes the shorter one).

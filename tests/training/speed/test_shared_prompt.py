@@ -230,18 +230,25 @@ def test_prompt_groups_and_padding():
 def test_train_with_shared_prompts_learns_what_train_without_learns(
     tiny_model, refinement_dataset, tmp_path, monkeypatch
 ):
-    """The stage's own train(): two optimizer steps with and without sharing end at the same adapter."""
-    rows_shared = []
-    group = SharedPromptForward._group
+    """The stage's own train(): two optimizer steps with and without sharing end at the same adapter, their
+    completions sampled with each prompt prefilled once (shared_prompt_generation.py) or every row's."""
+    from arc_pipeline.training.speed.shared_prompt_generation import SharedPromptGeneration
+
+    rows_shared, prefills = [], []
+    group, prefill = SharedPromptForward._group, SharedPromptGeneration._prefill
     monkeypatch.setattr(
         SharedPromptForward, "_group", lambda self, *args: rows_shared.append(args[1].shape[0]) or group(self, *args)
+    )
+    monkeypatch.setattr(
+        SharedPromptGeneration, "_prefill", staticmethod(lambda *args: prefills.append(len(args[1])) or prefill(*args))
     )
 
     dataset = refinement_dataset(4)
     whole = two_step_adapter(tiny_model, dataset, tmp_path / "whole", share_prompt_forward=False)
-    assert not rows_shared
+    assert not rows_shared and not prefills
     shared = two_step_adapter(tiny_model, dataset, tmp_path / "shared", share_prompt_forward=True)
     assert rows_shared  # the reference log-probs and both steps' passes went through the shared path
+    assert prefills and max(prefills) < 8  # each step's 8 completions from fewer prompt prefills
     assert_same_adapter(shared, whole)
 
 
