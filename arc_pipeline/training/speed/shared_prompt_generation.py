@@ -19,6 +19,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from arc_pipeline.training.speed.shared_prompt import prompt_groups
+
 log = logging.getLogger(__name__)
 
 
@@ -54,9 +56,13 @@ class SharedPromptGeneration:
             return generate(*args, **{key: value for key, value in unchanged.items() if value is not None}, **kwargs)
         import torch
 
-        _, first, inverse = _groups(torch.cat([input_ids, attention_mask], dim=1))
-        if len(first) == len(input_ids):
+        groups = prompt_groups(input_ids, attention_mask)  # the shared log-probs' grouping (shared_prompt.py)
+        if len(groups) == len(input_ids):
             return generate(**unchanged)
+        first = torch.tensor([rows[0] for rows in groups], device=input_ids.device)
+        inverse = torch.empty(len(input_ids), dtype=torch.long, device=input_ids.device)
+        for group, rows in enumerate(groups):
+            inverse[rows] = group
         cache = self._prefill(model, input_ids[first], attention_mask[first])
         cache.batch_select_indices(inverse)  # each row gets its group's keys and values
         if self.rows == 0:
@@ -96,14 +102,3 @@ def _shareable(input_ids: Any, attention_mask: Any, generation_config: Any) -> b
         and (generation_config.num_return_sequences or 1) == 1
         and generation_config.cache_implementation is None
     )
-
-
-def _groups(rows: Any) -> tuple[Any, Any, Any]:
-    """Distinct rows, the index of each one's first occurrence, and each row's distinct row."""
-    import torch
-
-    unique, inverse = torch.unique(rows, dim=0, return_inverse=True)
-    positions = torch.arange(len(rows), device=rows.device)
-    # scatter_reduce's amin: the smallest row index of each group
-    first = torch.full((len(unique),), len(rows), device=rows.device).scatter_reduce(0, inverse, positions, "amin")
-    return unique, first, inverse
