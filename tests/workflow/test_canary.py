@@ -33,11 +33,7 @@ def canary(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
     # DAG's independent model jobs side by side (the SFT branch beside `train`, the two searches together) rather
     # than one after the other; a job mostly had one core anyway, the other worker's tests taking the other
     # (docs/testing.md). Thread counts change the arithmetic's rounding only, which the checks' margins allow.
-    # The same for the CPU rules (execution, prompts; the default's 2 threads each): at 2 they waited for `train`
-    # to end, since its one thread left one core, and the SFT branch waited with them (8 minutes in a run of 23).
-    # Execution results do not depend on the number of sandbox workers.
     config.setdefault("cluster", {}).setdefault("gpu", {})["threads"] = 1
-    config["cluster"].setdefault("cpu", {})["threads"] = 1
     workflow = Workflow(tmp_path_factory.mktemp("canary"), config)
     # 27 minutes on a 2-core AVX2 machine beside the other worker: the default 30-minute guard was too close
     workflow.snakemake(timeout=3600)
