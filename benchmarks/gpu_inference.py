@@ -271,6 +271,13 @@ def profile_table(folder: Path) -> str:
     return "\n".join(tables[0].read_text().splitlines()[:PROFILE_TABLE_LINES])
 
 
+def print_profiles(args: argparse.Namespace, results: list[dict[str, Any]]) -> None:
+    """Each profiled variant's kernel table (``--profile``), after the figures."""
+    for result in results:
+        if result.get("profile_table"):
+            print(f"\nprofile of {result['variant']} ({args.profile / result['variant']}):\n{result['profile_table']}")
+
+
 def device_name() -> str:
     import torch
 
@@ -364,8 +371,7 @@ def main(argv: list[str] | None = None) -> None:
     if not args.variants:
         result = measure(args, "baseline")
         print_single(args, result)
-        if result["profile_table"]:
-            print(f"\nprofile ({args.profile / 'baseline'}):\n{result['profile_table']}")
+        print_profiles(args, [result])
         return
     results = run_variants(args, without_variants(argv))
     print(
@@ -375,9 +381,7 @@ def main(argv: list[str] | None = None) -> None:
         f"{not args.no_prefix_caching}, CUDA graphs {not args.enforce_eager}, seeded {not args.unseeded}\n"
     )
     print(variants_table(results))
-    for result in results:
-        if result.get("profile_table"):
-            print(f"\nprofile of {result['variant']} ({args.profile / result['variant']}):\n{result['profile_table']}")
+    print_profiles(args, results)
 
 
 if __name__ == "__main__":

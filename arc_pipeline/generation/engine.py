@@ -346,7 +346,7 @@ class Engine:
     @contextmanager
     def profiling(self) -> Iterator[None]:
         """vLLM's profiler over what runs inside (the engine built with a ``profiler_config``): it writes its
-        traces and its table of kernels (``profiler_out_0.txt``) into that config's folder at the end."""
+        traces and its table of kernels into that config's folder at the end."""
         self._llm.start_profile()
         try:
             yield
