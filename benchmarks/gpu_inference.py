@@ -31,6 +31,11 @@ engine and GPU each; same prompts, same seeds) and prints one table of tokens/s:
 
     python benchmarks/gpu_inference.py --tasks 250 --variants baseline fp8-kv fp8-kv-seqs cascade
 
+Before the timed generation each engine samples ``--warmup-prompts`` short prompts of its own (not sharing a
+prefix with the timed ones) to ``--warmup-tokens``, so the Triton kernels that vLLM compiles at its first sampling
+steps (four for top-p in vLLM 0.31, about 10 s; one in 0.26, about 5 s) are compiled before the clock starts; the
+table shows that warm-up apart. ``--warmup-prompts 0``: timed from a cold engine, as the figures before 2026-11-30.
+
 Where one stack is slower than another (issue 51: vLLM 0.31 at 0.93x of 0.26), ``--profile DIR`` runs vLLM's
 torch profiler over ``--profile-steps`` engine steps after the first ``--profile-delay`` and prints the top of
 its kernel table (all of it in ``DIR/<variant>/``, the traces beside it); the profiler
@@ -152,6 +157,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         choices=VARIANTS,
         help="measure these variants side by side, one process each (default: the baseline alone, in this process)",
     )
+    parser.add_argument("--warmup-prompts", type=int, default=32, help="prompts sampled before timing (see above)")
+    parser.add_argument("--warmup-tokens", type=int, default=64, help="new tokens of each warm-up sample")
     parser.add_argument("--profile", type=Path, help="profile some engine steps into this folder (see above)")
     parser.add_argument("--profile-delay", type=int, default=200, help="engine steps before the profiled ones")
     parser.add_argument("--profile-steps", type=int, default=100, help="engine steps profiled")
@@ -204,6 +211,28 @@ def make_prompts(args: argparse.Namespace, rounds: int) -> list[list[int]]:
     return [[BOS, *common[: len(p) - 1], *p[1 + len(common) :]] for p in prompts]
 
 
+WARMUP_PROMPT_TOKENS = 256
+
+
+def warmup_prompts(args: argparse.Namespace) -> list[list[int]]:
+    """``--warmup-prompts`` random prompts of 256 tokens from a seed of their own: after BOS they share no
+    prefix with the timed prompts, so the warm-up leaves nothing in the prefix cache that the timed run reuses."""
+    rng = np.random.default_rng(1)
+    body = WARMUP_PROMPT_TOKENS - 2
+    return [[BOS, 120001, *rng.integers(0, 120000, size=body).tolist()] for _ in range(args.warmup_prompts)]
+
+
+def warm_up(engine: Any, args: argparse.Namespace, sampling: Any) -> float:
+    """Seconds to sample the warm-up prompts with the variant's sampling, cut to ``--warmup-tokens``."""
+    prompts = warmup_prompts(args)
+    if not prompts:
+        return 0.0
+    short = sampling.model_copy(update={"max_tokens": args.warmup_tokens})
+    started = time.perf_counter()
+    engine.generate(prompts, short, keys=[f"warmup-{i}" for i in range(len(prompts))])
+    return time.perf_counter() - started
+
+
 def measure(args: argparse.Namespace, variant: str) -> dict[str, Any]:
     """One engine of ``variant``: start it, generate every prompt, return the figures."""
     from arc_pipeline.generation.engine import Engine, EngineConfig
@@ -220,6 +249,7 @@ def measure(args: argparse.Namespace, variant: str) -> dict[str, Any]:
     started = time.perf_counter()
     engine = Engine(config, extra_arguments=profile)
     start_s = time.perf_counter() - started
+    warmup_s = warm_up(engine, args, sampling)
     with engine.profiling() if profile else contextlib.nullcontext():
         generations = engine.generate(prompts, sampling, keys=[str(i) for i in range(len(prompts))])
     engine.close()
@@ -229,6 +259,7 @@ def measure(args: argparse.Namespace, variant: str) -> dict[str, Any]:
         "settings": settings,
         "rounds": rounds,
         "start_s": start_s,
+        "warmup_s": warmup_s,
         "generate_s": generations.seconds,
         "predictions": sum(map(len, generations.completions)),
         "tokens": generations.n_generated_tokens,
@@ -301,6 +332,7 @@ def print_single(args: argparse.Namespace, result: dict[str, Any]) -> None:
     per_s = result["predictions"] / generate_s
     print("\n| figure | value |\n|---|---:|")
     print(f"| engine start (s) | {start_s:.0f} |")
+    print(f"| warm-up, {args.warmup_prompts} prompts x {args.warmup_tokens} tokens (s) | {result['warmup_s']:.1f} |")
     print(f"| generation (s) | {generate_s:.0f} |")
     print(f"| predictions/s | {per_s:.2f} |")
     print(f"| generated tokens/s | {result['tokens'] / generate_s:.0f} |")
@@ -310,14 +342,14 @@ def print_single(args: argparse.Namespace, result: dict[str, Any]) -> None:
 def variants_table(results: list[dict[str, Any]]) -> str:
     """One row per variant: its levers, times and rates, and tokens/s against the first row."""
     header = (
-        "| variant | KV cache | max_num_seqs | cascade | engine start (s) | generation (s) | predictions/s "
-        "| generated tokens/s | vs first row |"
+        "| variant | KV cache | max_num_seqs | cascade | engine start (s) | warm-up (s) | generation (s) "
+        "| predictions/s | generated tokens/s | vs first row |"
     )
-    lines = [header, "|---|---|---:|---|---:|---:|---:|---:|---:|"]
+    lines = [header, "|---|---|---:|---|---:|---:|---:|---:|---:|---:|"]
     reference = None
     for result in results:
         if "error" in result:
-            lines.append(f"| {result['variant']} | failed: {result['error']} | | | | | | | |")
+            lines.append(f"| {result['variant']} | failed: {result['error']} | | | | | | | | |")
             continue
         settings = result["settings"]
         rate = result["tokens"] / result["generate_s"]
@@ -325,7 +357,8 @@ def variants_table(results: list[dict[str, Any]]) -> str:
         lines.append(
             f"| {result['variant']} | {settings.get('kv_cache_dtype', 'auto')} | {settings['max_num_seqs']} "
             f"| {'on' if settings.get('cascade_attention') else 'off'} | {result['start_s']:.0f} "
-            f"| {result['generate_s']:.0f} | {result['predictions'] / result['generate_s']:.2f} | {rate:.0f} "
+            f"| {result['warmup_s']:.1f} | {result['generate_s']:.0f} "
+            f"| {result['predictions'] / result['generate_s']:.2f} | {rate:.0f} "
             f"| {rate / reference:.2f}x |"
         )
     return "\n".join(lines)

@@ -205,3 +205,15 @@ def test_children_get_one_variant_each() -> None:
     bench = _benchmark_module()
     argv = ["--tasks", "250", "--variants", "baseline", "fp8-kv", "--max-num-seqs", "128"]
     assert bench.without_variants(argv) == ["--tasks", "250", "--max-num-seqs", "128"]
+
+
+def test_benchmark_warm_up_prompts_leave_nothing_the_timed_prompts_reuse() -> None:
+    """gpu_inference.py warms the sampler's kernels on prompts of its own: after BOS none shares a token prefix
+    with a timed prompt (vLLM's prefix cache would otherwise hand the timed run free prefill)."""
+    bench = _benchmark_module()
+    args = bench.parse_args(["--tasks", "6", "--common-prefix-tokens", "150", "--warmup-prompts", "5"])
+    timed = bench.make_prompts(args, rounds=1)
+    warm = bench.warmup_prompts(args)
+    assert len(warm) == 5 and {len(p) for p in warm} == {bench.WARMUP_PROMPT_TOKENS}
+    assert all(w[1] != t[1] for w in warm for t in timed)
+    assert bench.warmup_prompts(bench.parse_args(["--warmup-prompts", "0"])) == []

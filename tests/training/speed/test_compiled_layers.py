@@ -54,6 +54,7 @@ def test_compiled_layers_give_the_eager_loss_and_gradient(tiny_model, refinement
         ({"backend": "unsloth"}, "compile_layers needs backend trl"),
         ({"torch_compile": True}, "compile_layers and torch_compile: choose one"),
         ({"compile_layers_cuda_graphs": True, "use_cpu": True, "bf16": False}, "compile_layers_cuda_graphs needs"),
+        ({"compile_layers_cuda_graphs": True}, "compile_layers_cuda_graphs cannot be used with share_prompt_forward"),
     ],
 )
 def test_settings_compile_layers_cannot_use_are_refused(values, message):
@@ -64,7 +65,8 @@ def test_settings_compile_layers_cannot_use_are_refused(values, message):
 def test_cuda_graphs_need_the_compiled_layers():
     with pytest.raises(ValueError, match="compile_layers_cuda_graphs needs compile_layers: true"):
         TrainConfig(compile_layers_cuda_graphs=True)
-    assert TrainConfig(compile_layers=True, compile_layers_cuda_graphs=True).compile_layers_cuda_graphs
+    unshared = TrainConfig(compile_layers=True, compile_layers_cuda_graphs=True, share_prompt_forward=False)
+    assert unshared.compile_layers_cuda_graphs
 
 
 @pytest.mark.parametrize(("cuda_graphs", "mode"), [(False, None), (True, "reduce-overhead")])
