@@ -14,6 +14,10 @@ the positions TRL scores, through TRL's own fused LM head (temperature, labels, 
 stays in the autograd graph: the policy's gradient reaches the LoRA weights through both passes, the prompt's
 share summed over the group as in the row-by-row computation.
 
+Off a Triton device (a CPU) TRL's fused head scores every position of a row, its prompt's too, forward and
+backward; there a prompt of one row (TRL shuffles a step's rows into micro-batches) takes the shared path as
+well, and the prompt pass never reaches the head's vocabulary projection (docs/testing.md: half the canary's step).
+
 Gradient checkpointing: transformers drops a layer's cache under checkpointing, because the backward's replay
 of a layer would write a growing cache twice. The two caches here never grow (the prefix cache returns prefix
 + new states and stores nothing; the prompt pass's cache overwrites what it recorded), so a replay is harmless
@@ -184,6 +188,9 @@ class SharedPromptForward:
         self._original: Callable[..., Any] | None = None
         self._reused: PromptPass | None = None  # a prompt pass that serves its group instead of a new one
         self._bottom_right = False  # the bottom-right causal attention checked on the model's device and dtype
+        # Off a Triton device TRL's fused LM head scores every position of a row, its prompt's too (forward and
+        # backward): there a row alone is cheaper as a prompt pass (no scoring) and a pass over its completion
+        self._rows_alone_shared = False
 
     def attach(self, trainer: Any) -> SharedPromptForward:
         from transformers.modeling_layers import GradientCheckpointingLayer
@@ -201,6 +208,7 @@ class SharedPromptForward:
             )
         use_shared_prompt_attention()
         self._bottom_right = self._check_attention(trainer)
+        self._rows_alone_shared = next(trainer.model.parameters()).device.type not in ("cuda", "xpu")
         self.trainer = trainer
         self._original = trainer._get_per_token_logps_and_entropies
         trainer._get_per_token_logps_and_entropies = self.logps_and_entropies
@@ -261,7 +269,7 @@ class SharedPromptForward:
         if compute_aux_loss or any(multimodal.get(key) is not None for key in _MULTIMODAL_KEYS) or prompt_width < 2:
             return trl()
         groups = prompt_groups(input_ids[:, :prompt_width], attention_mask[:, :prompt_width])
-        if self._reused is None and all(len(rows) == 1 for rows in groups):
+        if self._reused is None and all(len(rows) == 1 for rows in groups) and not self._rows_alone_shared:
             return trl()
         logps: list[Any] = []
         entropies: list[Any] = []
@@ -272,7 +280,8 @@ class SharedPromptForward:
             if self._reused is not None and padding is not None:
                 prefix, _ = _prefix(input_ids[rows[0] : rows[0] + 1], padding, prompt_width)
                 reused = self._reused if self._reused.serves(prefix, prompt_width) else None
-            if reused is None and (padding is None or prompt_width - padding < 2 or len(rows) == 1):
+            alone = len(rows) == 1 and not self._rows_alone_shared
+            if reused is None and (padding is None or prompt_width - padding < 2 or alone):
                 group_logps, group_entropies, _ = trl(rows)
             else:
                 group_logps, group_entropies = self._group(
@@ -317,19 +326,12 @@ class SharedPromptForward:
             self._reused = None
 
     def _run_prompt(self, model: Any, prefix: Any, positions: Any) -> tuple[list[Any], list[Any]]:
-        """Keys and values of every layer after a pass over ``prefix`` (batch 1) at ``positions``."""
-        import torch
-
+        """Keys and values of every layer after a pass over ``prefix`` (batch 1) at ``positions``; the LM head
+        sees one position (TRL's fused head would score every position off a Triton device, none here)."""
         cache_class, recording_layer, _ = _cache_classes()
         recorder = cache_class(layer_class_to_replicate=recording_layer)
         with self.trainer.accelerator.autocast():
-            model(
-                input_ids=prefix,
-                position_ids=positions,
-                past_key_values=recorder,
-                labels=torch.full_like(prefix, -100),
-                fused_lm_head=True,
-            )
+            model(input_ids=prefix, position_ids=positions, past_key_values=recorder, logits_to_keep=1)
         return [layer.keys for layer in recorder.layers], [layer.values for layer in recorder.layers]
 
     def _group(

@@ -88,13 +88,15 @@ def logps_entropies_gradient(trainer, input_ids, attention_mask, **kwargs):
     return (logps * mask).detach(), (entropies * mask).detach(), grads
 
 
-@pytest.mark.parametrize("checkpointed", [False, True])
+@pytest.mark.parametrize(("checkpointed", "rows_alone_shared"), [(False, True), (True, True), (False, False)])
 @pytest.mark.parametrize("hole", [False, True])
 def test_shared_prompts_give_trls_logps_entropies_and_gradient(
-    checkpointed, hole, tiny_model, refinement_dataset, tmp_path, monkeypatch
+    checkpointed, rows_alone_shared, hole, tiny_model, refinement_dataset, tmp_path, monkeypatch
 ):
     """Right-padded completions take the bottom-right causal attention; a completion mask with a hole in it
-    (not TRL's layout) keeps the explicit mask; both give TRL's numbers."""
+    (not TRL's layout) keeps the explicit mask; both give TRL's numbers. A prompt of one row takes the shared
+    path where TRL's fused head scores every position (a CPU, this test's device), TRL's own on a GPU (the
+    attribute set as there)."""
     import arc_pipeline.training.speed.prompt_attention as prompt_attention
 
     train_config = config(gradient_checkpointing=checkpointed, temperature=0.7)
@@ -107,7 +109,9 @@ def test_shared_prompts_give_trls_logps_entropies_and_gradient(
     assert sum(counted) == input_ids.numel()  # TRL: every row whole, padding included
     assert reference[2].abs().sum() > 0
 
-    SharedPromptForward().attach(trainer)
+    sharing = SharedPromptForward().attach(trainer)
+    assert sharing._rows_alone_shared  # on this CPU
+    sharing._rows_alone_shared = rows_alone_shared
     bottom_right = []
     attention = prompt_attention.bottom_right_causal_attention
     monkeypatch.setattr(
@@ -116,15 +120,15 @@ def test_shared_prompts_give_trls_logps_entropies_and_gradient(
     counted.clear()
     shared = logps_entropies_gradient(trainer, input_ids, attention_mask)
     # every layer of each group's pass over completions, replayed once more under checkpointing
-    groups = [rows for _, rows in PROMPTS if len(rows) > 1]
+    shared_prompts = [(length, rows) for length, rows in PROMPTS if len(rows) > 1 or rows_alone_shared]
     layers = trainer.model.config.num_hidden_layers
-    assert len(bottom_right) == (len(groups) - hole) * layers * (1 + checkpointed)
+    assert len(bottom_right) == (len(shared_prompts) - hole) * layers * (1 + checkpointed)
 
-    # each prompt of several rows once (less its last token), then its rows from the prompt's last token on;
-    # the prompt of one row goes to TRL's computation whole
-    prompt_passes = [length - 1 for length, rows in PROMPTS if len(rows) > 1]
-    completion_passes = [len(rows) * (1 + COMPLETION) for _, rows in PROMPTS if len(rows) > 1]
-    alone = [len(rows) * (WIDTH + COMPLETION) for _, rows in PROMPTS if len(rows) == 1]
+    # each shared prompt once (less its last token), then its rows from the prompt's last token on; a prompt of
+    # one row that is not shared goes to TRL's computation whole
+    prompt_passes = [length - 1 for length, _ in shared_prompts]
+    completion_passes = [len(rows) * (1 + COMPLETION) for _, rows in shared_prompts]
+    alone = [len(rows) * (WIDTH + COMPLETION) for _, rows in PROMPTS if len(rows) == 1 and not rows_alone_shared]
     # (checkpointing replays decoder layers, not the embeddings: the count is the same with it)
     assert sorted(counted) == sorted([*prompt_passes, *completion_passes, *alone])
     assert_same_outputs(shared, reference, trainer.model, input_ids)
