@@ -188,9 +188,7 @@ class SharedPromptForward:
         self._original: Callable[..., Any] | None = None
         self._reused: PromptPass | None = None  # a prompt pass that serves its group instead of a new one
         self._bottom_right = False  # the bottom-right causal attention checked on the model's device and dtype
-        # Off a Triton device TRL's fused LM head scores every position of a row, its prompt's too (forward and
-        # backward): there a row alone is cheaper as a prompt pass (no scoring) and a pass over its completion
-        self._rows_alone_shared = False
+        self._rows_alone_shared = False  # a prompt of one row shared too: off a Triton device (module docstring)
 
     def attach(self, trainer: Any) -> SharedPromptForward:
         from transformers.modeling_layers import GradientCheckpointingLayer
