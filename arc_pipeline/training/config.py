@@ -65,8 +65,8 @@ class TrainConfig(LoraSettings):
         False,
         description="with compile_layers: replay each compiled layer's kernels as CUDA graphs (torch.compile's "
         "reduce-overhead mode; one graph per input shape), so the host issues a layer's forward and backward in a "
-        "few calls instead of hundreds. GPU only, and not with share_prompt_forward (a replay overwrites the "
-        "prompt's keys and values); for a host-bound training pass (benchmarks/lora_projection.py --host-device)",
+        "few calls instead of hundreds. GPU only, and not with share_prompt_forward (failed in its prompt pass on an "
+        "H200); for a host-bound training pass (benchmarks/lora_projection.py --host-device)",
     )
     liger_kernels: bool = Field(
         False,

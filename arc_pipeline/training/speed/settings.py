@@ -22,11 +22,12 @@ def check_speed_settings(config: Any) -> None:
     if config.compile_layers_cuda_graphs and (not config.compile_layers or config.use_cpu):
         raise ValueError("compile_layers_cuda_graphs needs compile_layers: true and a GPU (not use_cpu)")
     if config.compile_layers_cuda_graphs and config.share_prompt_forward and config.backend == "trl":
-        # a layer's next replay writes over its last outputs, and the shared prompt's keys and values outlive it
-        # (an H200, torch 2.13: "accessing tensor output of CUDAGraphs that has been overwritten")
+        # seen on an H200 (torch 2.13) in the step's first compiled forward, the shared prompt pass;
+        # benchmarks/README.md, twelfth lease
         raise ValueError(
-            "compile_layers_cuda_graphs cannot be used with share_prompt_forward: the prompt pass's keys and values "
-            "must outlive the layers' next CUDA-graph replay, which overwrites them; set share_prompt_forward: false"
+            "compile_layers_cuda_graphs cannot be used with share_prompt_forward: in the shared prompt pass the "
+            "layers' CUDA-graph replays overwrote tensors the pass still read ('accessing tensor output of "
+            "CUDAGraphs that has been overwritten'); set share_prompt_forward: false"
         )
     if config.compile_layers and config.torch_compile:
         raise ValueError("compile_layers and torch_compile: choose one (the layers, or the whole policy)")
