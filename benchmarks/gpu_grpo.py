@@ -188,7 +188,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
     },
     # each compiled layer replayed as CUDA graphs (train.compile_layers_cuda_graphs): the host issues a layer in a
     # few calls, for a host-bound training pass (lora_projection.py --host-device); on-policy and beside the decode.
-    # Without the shared prompt pass, whose keys and values a replay would overwrite: compare with the -unshared rows
+    # Without the shared prompt pass, in which they failed on an H200 (benchmarks/README.md, twelfth lease):
+    # compare with the -unshared rows
     "chunked-2k-unshared": {"backward_chunk_tokens": 2100, "share_prompt_forward": False},
     "chunked-2k-compile-layers-graphs": {
         "backward_chunk_tokens": 2100,

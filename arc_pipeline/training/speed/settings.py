@@ -21,7 +21,7 @@ def check_speed_settings(config: Any) -> None:
         raise ValueError("compile_layers needs backend trl (unsloth compiles its own kernels)")
     if config.compile_layers_cuda_graphs and (not config.compile_layers or config.use_cpu):
         raise ValueError("compile_layers_cuda_graphs needs compile_layers: true and a GPU (not use_cpu)")
-    if config.compile_layers_cuda_graphs and config.share_prompt_forward and config.backend == "trl":
+    if config.compile_layers_cuda_graphs and config.share_prompt_forward:  # backend trl: checked above
         # seen on an H200 (torch 2.13) in the step's first compiled forward, the shared prompt pass;
         # benchmarks/README.md, twelfth lease
         raise ValueError(
