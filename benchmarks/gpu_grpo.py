@@ -186,29 +186,13 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "compile_layers": True,
         **LOSS_FORWARD_CORRECTION,
     },
-    # each compiled layer replayed as CUDA graphs (train.compile_layers_cuda_graphs): the host issues a layer in a
-    # few calls, for a host-bound training pass (lora_projection.py --host-device); on-policy and beside the decode.
-    # Without the shared prompt pass, in which they failed on an H200 (benchmarks/README.md, twelfth lease):
-    # compare with the -unshared rows
+    # without the shared prompt pass: what sharing it saves (benchmarks/README.md, thirteenth lease: 24.7 s beside the
+    # decode against 13.9 s)
     "chunked-2k-unshared": {"backward_chunk_tokens": 2100, "share_prompt_forward": False},
-    "chunked-2k-compile-layers-graphs": {
-        "backward_chunk_tokens": 2100,
-        "share_prompt_forward": False,
-        "compile_layers": True,
-        "compile_layers_cuda_graphs": True,
-    },
     "chunked-2k-overlap-unshared": {
         "backward_chunk_tokens": 2100,
         "overlap_generation": True,
         "share_prompt_forward": False,
-        **LOSS_FORWARD_CORRECTION,
-    },
-    "chunked-2k-overlap-compile-layers-graphs": {
-        "backward_chunk_tokens": 2100,
-        "overlap_generation": True,
-        "share_prompt_forward": False,
-        "compile_layers": True,
-        "compile_layers_cuda_graphs": True,
         **LOSS_FORWARD_CORRECTION,
     },
     # the rank-1 LoRA branches as Triton kernels (train.fused_lora_kernels triton): on-policy and beside the decode

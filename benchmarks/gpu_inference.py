@@ -122,7 +122,7 @@ def prompt_lengths(spec: str, count: int, rng: np.random.Generator) -> list[int]
     return [int(spec)] * count
 
 
-VARIANTS = ("baseline", "fp8-kv", "fp8-kv-seqs", "cascade", "seqs-2x", "unseeded", "no-top-p")
+VARIANTS = ("baseline", "fp8-kv", "fp8-kv-seqs", "cascade", "seqs-2x", "unseeded", "no-top-p", "flashinfer-attention")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -187,6 +187,8 @@ def variant_settings(args: argparse.Namespace, variant: str) -> dict[str, Any]:
         settings["max_num_seqs"] = 2 * args.max_num_seqs
     if variant == "cascade":
         settings["cascade_attention"] = True
+    if variant == "flashinfer-attention":
+        settings["attention_backend"] = "FLASHINFER"
     return settings
 
 

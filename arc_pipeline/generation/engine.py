@@ -38,6 +38,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from arc_pipeline.generation.engine_args import (
+    check_attention_backend,
     engine_arguments,
     lever_environment,
     platform_environment,
@@ -52,6 +53,8 @@ log = logging.getLogger(__name__)
 FinishReason = Literal["stop", "length"]
 # the KV cache dtypes vLLM 0.31 offers for this model family on NVIDIA GPUs (fp8 = fp8_e4m3)
 KvCacheDtype = Literal["auto", "fp8", "fp8_e4m3", "fp8_e5m2"]
+# vLLM's attention backends for a Llama decoder on NVIDIA GPUs, as its AttentionBackendEnum names them (0.26 and 0.31)
+AttentionBackend = Literal["auto", "FLASH_ATTN", "FLASHINFER", "TRITON_ATTN"]
 
 
 class EngineOptions(BaseModel):
@@ -91,6 +94,12 @@ class EngineOptions(BaseModel):
         "it). Off = vLLM's default, and off here: a step that uses it runs without the full CUDA graph, which "
         "made GRPO's generation 2.4x as long on an H200 (docs/defaults.md). vLLM 0.32 removed it (ignored with a "
         "warning). See arc_pipeline/generation/engine_args.py",
+    )
+    attention_backend: AttentionBackend = Field(
+        "auto",
+        description="vLLM's attention kernels: auto = vLLM chooses (FlashAttention on Hopper GPUs); FLASHINFER "
+        "(1.20x the generated tokens/s on an H200, docs/defaults.md) needs flashinfer-python (the gpu extra installs "
+        "it) and nvcc on the GPU node: it compiles its kernels at a machine's first engine start",
     )
     seed: int = Field(0, description="engine seed (requests get their own derived seeds)")
     stall_timeout_s: float = Field(
@@ -195,6 +204,7 @@ class Engine:
         own_descendants()
         self.config = config
         self.stage = stage
+        check_attention_backend(config)
         kwargs = engine_arguments(config)
         kwargs.update(platform_workarounds(config))
         kwargs.update(extra_arguments or {})

@@ -52,6 +52,8 @@ def engine_arguments(config: Any) -> dict[str, Any]:
         kwargs["max_num_seqs"] = config.max_num_seqs
     if config.kv_cache_dtype != "auto":
         kwargs["kv_cache_dtype"] = config.kv_cache_dtype
+    if config.attention_backend != "auto":
+        kwargs["attention_backend"] = config.attention_backend
     if config.cascade_attention:
         # vLLM's flag is the negation; left out when off, so vLLM 0.32 (which removed it) does not warn
         kwargs["disable_cascade_attn"] = False
@@ -100,6 +102,43 @@ def platform_environment(config: Any) -> dict[str, str]:
     if current_platform.is_cpu() and config.tensor_parallel_size == 1:
         return {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
     return {}
+
+
+def attention_backend_problem(backend: str, is_cuda: bool, has_flashinfer: bool, nvcc: str | None) -> str | None:
+    """Why ``backend`` cannot run here, or None. FlashInfer's attention (vLLM 0.31, flashinfer-python 0.7.0.post1,
+    whose PyPI wheel ships no compiled attention kernels) compiles its kernels with nvcc at an engine's first start
+    on a machine (then cached in ~/.cache/flashinfer): without nvcc the engine would fail after loading the weights."""
+    if backend != "FLASHINFER":
+        return None
+    if not is_cuda:
+        return "attention_backend FLASHINFER runs on NVIDIA GPUs only"
+    if not has_flashinfer:
+        return "attention_backend FLASHINFER needs flashinfer-python (the gpu extra installs it with vLLM)"
+    if nvcc is None:
+        return (
+            "attention_backend FLASHINFER compiles its kernels with nvcc at the engine's first start, and no nvcc is "
+            "on PATH or in $CUDA_HOME/bin: install CUDA's compiler on the GPU nodes (conda: cuda-nvcc), or set "
+            "attention_backend: auto"
+        )
+    return None
+
+
+def check_attention_backend(config: Any) -> None:
+    """A PipelineError before the engine loads anything when ``config.attention_backend`` cannot run here."""
+    if config.attention_backend == "auto":
+        return
+    import importlib.util
+    import shutil
+
+    from vllm.platforms import current_platform
+
+    cuda_home = os.environ.get("CUDA_HOME", "/usr/local/cuda")
+    nvcc = shutil.which("nvcc") or shutil.which("nvcc", path=os.path.join(cuda_home, "bin"))
+    problem = attention_backend_problem(
+        config.attention_backend, current_platform.is_cuda(), importlib.util.find_spec("flashinfer") is not None, nvcc
+    )
+    if problem is not None:
+        raise PipelineError(f"{problem} (engine for {config.model})")
 
 
 # vLLM's switch between its model runners (unset: vLLM chooses, Model Runner V2 for Llama)

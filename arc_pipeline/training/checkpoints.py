@@ -63,7 +63,6 @@ _NOT_IN_FINGERPRINT = {
     # which kernels compute the same passes
     "torch_compile",
     "compile_layers",
-    "compile_layers_cuda_graphs",
     "liger_kernels",
     "fused_lora",
     "fused_lora_kernels",

@@ -61,13 +61,6 @@ class TrainConfig(LoraSettings):
         description="torch.compile each decoder layer of the policy in place, LoRA included, shapes dynamic (regional "
         "compilation; backend trl, not with torch_compile: arc_pipeline/training/speed/compiled_layers.py)",
     )
-    compile_layers_cuda_graphs: bool = Field(
-        False,
-        description="with compile_layers: replay each compiled layer's kernels as CUDA graphs (torch.compile's "
-        "reduce-overhead mode; one graph per input shape), so the host issues a layer's forward and backward in a "
-        "few calls instead of hundreds. GPU only, and not with share_prompt_forward (failed in its prompt pass on an "
-        "H200); for a host-bound training pass (benchmarks/lora_projection.py --host-device)",
-    )
     liger_kernels: bool = Field(
         False,
         description="Liger's fused Triton kernels for RMSNorm, SwiGLU and RoPE in the policy's Llama layers "

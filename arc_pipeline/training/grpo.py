@@ -298,7 +298,7 @@ def train(
         if config.fused_lora:
             fuse_lora_projections(trainer.model, config.fused_lora_kernels)  # before compile_layers traces it
         if config.compile_layers:
-            compile_decoder_layers(trainer.model, cuda_graphs=config.compile_layers_cuda_graphs)  # LoRA included
+            compile_decoder_layers(trainer.model)  # LoRA included
         shared_prompt = None
         if config.share_prompt_forward and config.backend == "trl":  # unsloth: its own log-probs
             shared_prompt = SharedPromptForward().attach(trainer)

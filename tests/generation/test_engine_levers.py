@@ -18,8 +18,8 @@ from inference_helpers import build_untrained_tiny_model, small_tasks, write_tas
 from arc_pipeline.config.errors import ConfigError
 from arc_pipeline.config.slices import parse_config
 from arc_pipeline.errors import PipelineError
-from arc_pipeline.generation.engine import EngineConfig
-from arc_pipeline.generation.engine_args import engine_arguments
+from arc_pipeline.generation.engine import Engine, EngineConfig
+from arc_pipeline.generation.engine_args import attention_backend_problem, engine_arguments
 from arc_pipeline.stages.evaluate_config import EvaluateConfig
 from arc_pipeline.stages.inference import InferenceConfig
 from tests.benchmark_scripts import load_benchmark
@@ -46,6 +46,28 @@ def test_cascade_attention_and_batch_settings_reach_the_engine_arguments() -> No
     assert (kwargs["max_num_seqs"], kwargs["gpu_memory_utilization"]) == (512, 0.95)
 
 
+def test_an_attention_backend_reaches_vllms_engine_config_and_auto_leaves_vllms_choice() -> None:
+    from vllm.config.attention import AttentionConfig
+    from vllm.engine.arg_utils import EngineArgs
+
+    assert "attention_backend" not in engine_arguments(EngineConfig(model="m"))
+    kwargs = engine_arguments(EngineConfig(model="m", attention_backend="FLASHINFER"))
+    # vLLM takes the argument and knows the name (a renamed argument or backend would fail here)
+    backend = EngineArgs(model="m", attention_backend=kwargs["attention_backend"]).attention_backend
+    assert AttentionConfig.validate_backend_before(backend).name == "FLASHINFER"
+
+
+def test_flashinfer_attention_is_refused_before_the_engine_loads_where_it_cannot_compile() -> None:
+    # here (a CPU): refused before vLLM is built, naming the engine's model
+    with pytest.raises(PipelineError, match=r"FLASHINFER runs on NVIDIA GPUs only \(engine for m\)"):
+        Engine(EngineConfig(model="m", attention_backend="FLASHINFER"))
+    # a GPU node: the package and then a compiler are what it needs
+    assert "flashinfer-python" in attention_backend_problem("FLASHINFER", True, False, "/usr/bin/nvcc")
+    assert "no nvcc" in attention_backend_problem("FLASHINFER", True, True, None)
+    assert attention_backend_problem("FLASHINFER", True, True, "/usr/local/cuda/bin/nvcc") is None
+    assert attention_backend_problem("FLASH_ATTN", True, False, None) is None
+
+
 def test_the_inference_slice_carries_the_levers_to_the_engine() -> None:
     config = InferenceConfig.model_validate({"kv_cache_dtype": "fp8", "cascade_attention": True, "max_num_seqs": 64})
     engine = config.engine("model", None)
@@ -58,6 +80,7 @@ def test_the_inference_slice_carries_the_levers_to_the_engine() -> None:
         ({"kv_cache_dtype": "fp9"}, "kv_cache_dtype"),
         ({"kv_cache_dtype": "int8"}, "kv_cache_dtype"),
         ({"cascade_attention": "sometimes"}, "cascade_attention"),
+        ({"attention_backend": "FLASH_INFER"}, "attention_backend"),
         ({"max_num_seqs": 0}, "max_num_seqs"),
         ({"gpu_memory_utilization": 1.5}, "gpu_memory_utilization"),
     ],
@@ -155,17 +178,18 @@ def test_benchmark_variants_build_valid_engine_configs() -> None:
     args = bench.parse_args(["--max-num-seqs", "256", "--variants", *bench.VARIANTS])
     configs = {variant: EngineConfig(model="m", **bench.variant_settings(args, variant)) for variant in args.variants}
     levers = {
-        variant: (config.kv_cache_dtype, config.max_num_seqs, config.cascade_attention)
+        variant: (config.kv_cache_dtype, config.max_num_seqs, config.cascade_attention, config.attention_backend)
         for variant, config in configs.items()
     }
     assert levers == {
-        "baseline": ("auto", 256, False),
-        "fp8-kv": ("fp8", 256, False),
-        "fp8-kv-seqs": ("fp8", 512, False),
-        "cascade": ("auto", 256, True),
-        "seqs-2x": ("auto", 512, False),
-        "unseeded": ("auto", 256, False),
-        "no-top-p": ("auto", 256, False),
+        "baseline": ("auto", 256, False, "auto"),
+        "fp8-kv": ("fp8", 256, False, "auto"),
+        "fp8-kv-seqs": ("fp8", 512, False, "auto"),
+        "cascade": ("auto", 256, True, "auto"),
+        "seqs-2x": ("auto", 512, False, "auto"),
+        "unseeded": ("auto", 256, False, "auto"),
+        "no-top-p": ("auto", 256, False, "auto"),
+        "flashinfer-attention": ("auto", 256, False, "FLASHINFER"),
     }
     # the two sampler variants change only what they measure; every other variant samples as the pipeline does
     sampling = {variant: bench.variant_sampling(args, variant) for variant in args.variants}

@@ -7,6 +7,11 @@ add) while the parts between layers, the project's chunked loss and shared promp
 ``nn.Module.compile`` compiles a module's call in place: the parameters keep their names, so checkpoints, the
 adapter and the weight sync to vLLM see the same model. Shapes are dynamic: a step's prompt length and its last
 chunk differ from the others', and a static graph per shape would recompile every step.
+
+Not offered: each layer replayed as CUDA graphs (torch.compile's reduce-overhead mode), for a host-bound training
+pass. It failed on an H200 (torch 2.13) in the step's first compiled forward, with and without the shared prompt
+pass: the layers' graph replays overwrote outputs that the next layer still read (benchmarks/README.md, twelfth
+and thirteenth leases).
 """
 
 from __future__ import annotations
@@ -24,23 +29,14 @@ def decoder_layers(model: Any) -> list[Any]:
     return [module for module in model.modules() if type(module).__name__.endswith("DecoderLayer")]
 
 
-def compile_decoder_layers(model: Any, backend: str = "inductor", cuda_graphs: bool = False) -> int:
+def compile_decoder_layers(model: Any, backend: str = "inductor") -> int:
     """Compile every decoder layer of ``model`` in place (after the LoRA went on, so its layers are compiled
     too); the number of layers compiled. A model without decoder layers is an error, not a silent no-op.
-    ``backend``: torch.compile's (the tests trace with ``aot_eager``: Inductor's CPU code is not the GPU's).
-    ``cuda_graphs``: torch.compile's reduce-overhead mode, which records each layer's kernels once per input shape
-    and replays them (train.compile_layers_cuda_graphs): on a GPU the host then issues a layer in a few calls;
-    elsewhere torch.compile runs the layer without graphs."""
+    ``backend``: torch.compile's (the tests trace with ``aot_eager``: Inductor's CPU code is not the GPU's)."""
     layers = decoder_layers(model)
     if not layers:
         raise PipelineError(f"train: compile_layers: no decoder layer found in {type(model).__name__}")
-    mode = "reduce-overhead" if cuda_graphs else None
     for layer in layers:
-        layer.compile(dynamic=True, backend=backend, mode=mode)
-    log.info(
-        "compile_layers: %d decoder layers compiled (%s)%s",
-        len(layers),
-        type(layers[0]).__name__,
-        ", replayed as CUDA graphs" if cuda_graphs else "",
-    )
+        layer.compile(dynamic=True, backend=backend)
+    log.info("compile_layers: %d decoder layers compiled (%s)", len(layers), type(layers[0]).__name__)
     return len(layers)

@@ -19,15 +19,5 @@ def check_speed_settings(config: Any) -> None:
         raise ValueError("fused_lora_kernels triton needs fused_lora: true, lora_r 1 and a GPU (not use_cpu)")
     if config.compile_layers and config.backend != "trl":
         raise ValueError("compile_layers needs backend trl (unsloth compiles its own kernels)")
-    if config.compile_layers_cuda_graphs and (not config.compile_layers or config.use_cpu):
-        raise ValueError("compile_layers_cuda_graphs needs compile_layers: true and a GPU (not use_cpu)")
-    if config.compile_layers_cuda_graphs and config.share_prompt_forward:  # backend trl: checked above
-        # seen on an H200 (torch 2.13) in the step's first compiled forward, the shared prompt pass;
-        # benchmarks/README.md, twelfth lease
-        raise ValueError(
-            "compile_layers_cuda_graphs cannot be used with share_prompt_forward: in the shared prompt pass the "
-            "layers' CUDA-graph replays overwrote tensors the pass still read ('accessing tensor output of "
-            "CUDAGraphs that has been overwritten'); set share_prompt_forward: false"
-        )
     if config.compile_layers and config.torch_compile:
         raise ValueError("compile_layers and torch_compile: choose one (the layers, or the whole policy)")

@@ -53,8 +53,6 @@ def test_compiled_layers_give_the_eager_loss_and_gradient(tiny_model, refinement
     [
         ({"backend": "unsloth"}, "compile_layers needs backend trl"),
         ({"torch_compile": True}, "compile_layers and torch_compile: choose one"),
-        ({"compile_layers_cuda_graphs": True, "use_cpu": True, "bf16": False}, "compile_layers_cuda_graphs needs"),
-        ({"compile_layers_cuda_graphs": True}, "compile_layers_cuda_graphs cannot be used with share_prompt_forward"),
     ],
 )
 def test_settings_compile_layers_cannot_use_are_refused(values, message):
@@ -62,26 +60,17 @@ def test_settings_compile_layers_cannot_use_are_refused(values, message):
         TrainConfig(compile_layers=True, **values)
 
 
-def test_cuda_graphs_need_the_compiled_layers():
-    with pytest.raises(ValueError, match="compile_layers_cuda_graphs needs compile_layers: true"):
-        TrainConfig(compile_layers_cuda_graphs=True)
-    unshared = TrainConfig(compile_layers=True, compile_layers_cuda_graphs=True, share_prompt_forward=False)
-    assert unshared.compile_layers_cuda_graphs
-
-
-@pytest.mark.parametrize(("cuda_graphs", "mode"), [(False, None), (True, "reduce-overhead")])
-def test_each_layer_is_compiled_in_the_mode_the_setting_asks(tiny_model, monkeypatch, cuda_graphs, mode):
-    """train.compile_layers_cuda_graphs reaches torch.compile as its reduce-overhead mode (CUDA graphs per shape),
-    for every decoder layer and nothing else; the graphs themselves are a GPU's (benchmarks/gpu_grpo.py)."""
+def test_each_decoder_layer_is_compiled_with_dynamic_shapes(tiny_model, monkeypatch):
+    """train.compile_layers compiles every decoder layer, with dynamic shapes, and nothing else."""
     import torch
     from transformers import AutoModelForCausalLM
 
     calls = []
     monkeypatch.setattr(torch.nn.Module, "compile", lambda self, **kwargs: calls.append((type(self).__name__, kwargs)))
     model = AutoModelForCausalLM.from_pretrained(tiny_model)
-    assert compile_decoder_layers(model, backend="aot_eager", cuda_graphs=cuda_graphs) == len(calls) > 0
+    assert compile_decoder_layers(model, backend="aot_eager") == len(calls) > 0
     assert {name for name, _ in calls} == {"LlamaDecoderLayer"}
-    assert all(kwargs == {"dynamic": True, "backend": "aot_eager", "mode": mode} for _, kwargs in calls)
+    assert all(kwargs == {"dynamic": True, "backend": "aot_eager"} for _, kwargs in calls)
 
 
 def test_a_model_without_decoder_layers_is_an_error():
