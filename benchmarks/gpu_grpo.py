@@ -136,6 +136,10 @@ VARIANTS: dict[str, dict[str, Any]] = {
     # the colocated engine decodes the next step's completions on its own stream while this step trains
     # (train.overlap_generation in colocate mode): decoding reads memory, training computes, on one GPU
     "chunked-2k-overlap": {"backward_chunk_tokens": 2100, "overlap_generation": True, **LOSS_FORWARD_CORRECTION},
+    # the same with 4 and 6 completions a backward chunk instead of 2: the LoRA layers' training pass is host-bound
+    # (lora_projection.py --host-device, twelfth lease), so fewer, larger chunks issue fewer host calls per token
+    "chunked-4k-overlap": {"backward_chunk_tokens": 4200, "overlap_generation": True, **LOSS_FORWARD_CORRECTION},
+    "chunked-6k-overlap": {"backward_chunk_tokens": 6300, "overlap_generation": True, **LOSS_FORWARD_CORRECTION},
     # cascade attention in the colocated engine (train.vllm_cascade_attention): the step's 32 completions share their
     # prompt, whose keys and values each decoding step then reads once instead of 32 times; on-policy and overlapped.
     # Only vLLM's V1 model runner builds it (the setting selects that runner; engine_args.py): runs before the
