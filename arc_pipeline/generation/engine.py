@@ -201,10 +201,10 @@ class Engine:
         benchmark's ``profiler_config``: benchmarks/gpu_inference.py)."""
         from vllm import LLM  # heavy import: only when an engine is really built
 
+        check_attention_backend(config)  # a setting that cannot run here is refused before the process changes
         own_descendants()
         self.config = config
         self.stage = stage
-        check_attention_backend(config)
         kwargs = engine_arguments(config)
         kwargs.update(platform_workarounds(config))
         kwargs.update(extra_arguments or {})
