@@ -137,7 +137,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
     # (train.overlap_generation in colocate mode): decoding reads memory, training computes, on one GPU
     "chunked-2k-overlap": {"backward_chunk_tokens": 2100, "overlap_generation": True, **LOSS_FORWARD_CORRECTION},
     # the same with 4 and 6 completions a backward chunk instead of 2: the LoRA layers' training pass is host-bound
-    # (lora_projection.py --host-device, twelfth lease), so fewer, larger chunks issue fewer host calls per token
+    # (lora_projection.py --host-device, twelfth lease), so fewer, larger chunks issue fewer host calls per token.
+    # Measured (benchmarks/README.md, fourteenth lease): 14.7 and 15.0 s against 14.9 s, for 14 and 27 GiB more
     "chunked-4k-overlap": {"backward_chunk_tokens": 4200, "overlap_generation": True, **LOSS_FORWARD_CORRECTION},
     "chunked-6k-overlap": {"backward_chunk_tokens": 6300, "overlap_generation": True, **LOSS_FORWARD_CORRECTION},
     # cascade attention in the colocated engine (train.vllm_cascade_attention): the step's 32 completions share their

@@ -36,6 +36,13 @@ prefix with the timed ones) to ``--warmup-tokens``, so the Triton kernels that v
 steps (four for top-p in vLLM 0.31, about 10 s; one in 0.26, about 5 s) are compiled before the clock starts; the
 table shows that warm-up apart. ``--warmup-prompts 0``: timed from a cold engine, as the figures before 2026-11-30.
 
+vLLM's dummy weights (uniform in [-0.001, 0.001], RMSNorm scales included) give every logit about 0: a flat
+next-token distribution over 128,256 tokens, the worst case of a top-p kernel's pivot search (benchmarks/README.md,
+fourteenth lease). ``--peaked-logits STD`` gives the model a trained model's kind of head instead, once the engine
+has started: final RMSNorm scale 1 and LM-head weights uniform with the variance that makes each logit's standard
+deviation STD (8: about 0.35 nats, a 0.95 nucleus of one or two tokens); the table's header reports the head's
+measured entropy. It changes what is sampled, not the work of a decode step outside the sampler.
+
 Where one stack is slower than another (issue 51: vLLM 0.31 at 0.93x of 0.26), ``--profile DIR`` runs vLLM's
 torch profiler over ``--profile-steps`` engine steps after the first ``--profile-delay`` and prints the top of
 its kernel table (all of it in ``DIR/<variant>/``, the traces beside it); the profiler
@@ -46,8 +53,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import logging
+import math
+import os
 import subprocess
 import sys
 import tempfile
@@ -157,6 +167,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         choices=VARIANTS,
         help="measure these variants side by side, one process each (default: the baseline alone, in this process)",
     )
+    parser.add_argument(
+        "--peaked-logits",
+        type=float,
+        metavar="STD",
+        help="a peaked head: logits with this standard deviation (see above); default: the dummy weights' flat one",
+    )
     parser.add_argument("--warmup-prompts", type=int, default=32, help="prompts sampled before timing (see above)")
     parser.add_argument("--warmup-tokens", type=int, default=64, help="new tokens of each warm-up sample")
     parser.add_argument("--profile", type=Path, help="profile some engine steps into this folder (see above)")
@@ -248,9 +264,15 @@ def measure(args: argparse.Namespace, variant: str) -> dict[str, Any]:
     config = EngineConfig(model=str(model_dir), **settings)
     sampling = variant_sampling(args, variant)
     profile = profiler_arguments(args, variant)
+    if args.peaked_logits is not None:  # apply_model sends peak_the_head pickled to vLLM's engine process
+        os.environ["VLLM_ALLOW_INSECURE_SERIALIZATION"] = "1"
     started = time.perf_counter()
     engine = Engine(config, extra_arguments=profile)
     start_s = time.perf_counter() - started
+    head = None
+    if args.peaked_logits is not None:
+        head = engine.apply_model(functools.partial(peak_the_head, logit_std=args.peaked_logits))[0]
+        log.info("peaked head: %s", head)
     warmup_s = warm_up(engine, args, sampling)
     with engine.profiling() if profile else contextlib.nullcontext():
         generations = engine.generate(prompts, sampling, keys=[str(i) for i in range(len(prompts))])
@@ -267,10 +289,41 @@ def measure(args: argparse.Namespace, variant: str) -> dict[str, Any]:
         "tokens": generations.n_generated_tokens,
         "truncated": sum(c.finish_reason == "length" for cs in generations.completions for c in cs),
         "skipped": len(generations.skipped),
+        "head": head,
         "prompt_mean": float(np.mean(lengths)),
         "prompt_max": max(lengths),
         "profile_table": profile_table(Path(profile["profiler_config"]["torch_profiler_dir"])) if profile else None,
     }
+
+
+def peak_the_head(model: Any, logit_std: float, probes: int = 64) -> dict[str, float]:
+    """In vLLM's worker: final RMSNorm scale 1 and LM-head weights uniform in +-bound, bound = std * sqrt(3 / hidden),
+    so that a logit of a unit-RMS hidden state has standard deviation ``logit_std``. Returns the bound and, over
+    ``probes`` random unit-RMS hidden states, the head's mean entropy (nats) and mean 0.95 nucleus (tokens)."""
+    import torch
+
+    weight = model.lm_head.weight
+    bound = logit_std * math.sqrt(3.0 / weight.shape[1])
+    generator = torch.Generator(device=weight.device).manual_seed(0)
+    with torch.no_grad():
+        model.model.norm.weight.fill_(1.0)
+        weight.uniform_(-bound, bound, generator=generator)
+        hidden = torch.randn(probes, weight.shape[1], device=weight.device, generator=generator, dtype=torch.float32)
+        probs = torch.softmax((hidden.to(weight.dtype) @ weight.T).float(), dim=-1)  # no fp32 copy of the head
+        entropy = -(probs * probs.clamp_min(1e-30).log()).sum(-1)
+        nucleus = (probs.sort(dim=-1, descending=True).values.cumsum(-1) < 0.95).sum(-1) + 1
+    return {"bound": bound, "entropy_nats": entropy.mean().item(), "nucleus_tokens": nucleus.float().mean().item()}
+
+
+def head_description(args: argparse.Namespace, result: dict[str, Any]) -> str:
+    """The next-token distribution the run sampled from, for the table's header."""
+    head = result.get("head")
+    if head is None:
+        return "flat (vLLM's dummy weights)"
+    return (
+        f"peaked, logit std {args.peaked_logits:g} (entropy {head['entropy_nats']:.2f} nats, 0.95 nucleus "
+        f"{head['nucleus_tokens']:.1f} tokens)"
+    )
 
 
 def profiler_arguments(args: argparse.Namespace, variant: str) -> dict[str, Any]:
@@ -321,9 +374,9 @@ def device_name() -> str:
 def print_single(args: argparse.Namespace, result: dict[str, Any]) -> None:
     """The figures of one run, as this script printed them before it had variants."""
     print(
-        f"\ndevice: {device_name()}; model: random Llama {args.size} bf16; "
-        f"vLLM max_num_seqs {args.max_num_seqs}, prefix caching {not args.no_prefix_caching}, "
-        f"CUDA graphs {not args.enforce_eager}, seeded {not args.unseeded}"
+        f"\ndevice: {device_name()}; model: random Llama {args.size} bf16; next-token distribution "
+        f"{head_description(args, result)}; vLLM max_num_seqs {args.max_num_seqs}, "
+        f"prefix caching {not args.no_prefix_caching}, CUDA graphs {not args.enforce_eager}, seeded {not args.unseeded}"
     )
     print(
         f"{args.tasks} tasks x {result['rounds']} rounds x n={args.n}: {result['predictions']} predictions, "
@@ -413,7 +466,8 @@ def main(argv: list[str] | None = None) -> None:
         f"\ndevice: {device_name()}; model: random Llama {args.size} bf16; {args.tasks} tasks x "
         f"{args.n_predictions // args.n} rounds x n={args.n}, {args.max_tokens} new tokens; prompts "
         f"{args.prompt_lengths} tokens, common prefix {args.common_prefix_tokens}; prefix caching "
-        f"{not args.no_prefix_caching}, CUDA graphs {not args.enforce_eager}, seeded {not args.unseeded}\n"
+        f"{not args.no_prefix_caching}, CUDA graphs {not args.enforce_eager}, seeded {not args.unseeded}; "
+        f"next-token distribution {head_description(args, next((r for r in results if 'error' not in r), {}))}\n"
     )
     print(variants_table(results))
     print_profiles(args, results)

@@ -226,6 +226,12 @@ class Engine:
 
             self._lora_request = LoRARequest("adapter", 1, config.lora_path)
 
+    def apply_model(self, function: Any) -> list[Any]:
+        """``function(model)`` in each of the engine's workers, its results (vLLM's ``LLM.apply_model``): the GPU
+        benchmark reshapes dummy weights with it. Across processes vLLM sends the function pickled, which it
+        allows only with ``VLLM_ALLOW_INSECURE_SERIALIZATION=1`` set before the engine starts."""
+        return self._llm.apply_model(function)
+
     def _watchdog(self, activity: str) -> StallWatchdog:
         watchdog = StallWatchdog(self.stage, self.config.stall_timeout_s, STALL_REMEDY)
         watchdog.doing(activity)

@@ -241,3 +241,31 @@ def test_benchmark_warm_up_prompts_leave_nothing_the_timed_prompts_reuse() -> No
     assert len(warm) == 5 and {len(p) for p in warm} == {bench.WARMUP_PROMPT_TOKENS}
     assert all(w[1] != t[1] for w in warm for t in timed)
     assert bench.warmup_prompts(bench.parse_args(["--warmup-prompts", "0"])) == []
+
+
+def test_a_peaked_head_gives_logits_of_the_asked_spread_and_a_small_nucleus() -> None:
+    """gpu_inference.py --peaked-logits: on vLLM's dummy weights (about 0 everywhere) the next-token distribution
+    is flat; the peaked head's logits of unit-RMS hidden states have the asked standard deviation, and the wider
+    the spread, the fewer tokens the 0.95 nucleus keeps."""
+    import torch
+
+    bench = _benchmark_module()
+    hidden_size, vocab = 512, 4096
+
+    class Model(torch.nn.Module):  # the two parts of vLLM's LlamaForCausalLM that peak_the_head touches
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = torch.nn.Module()
+            self.model.norm = torch.nn.Module()
+            self.model.norm.weight = torch.nn.Parameter(torch.full((hidden_size,), 1e-3))
+            self.lm_head = torch.nn.Linear(hidden_size, vocab, bias=False)
+            torch.nn.init.uniform_(self.lm_head.weight, -1e-3, 1e-3)
+
+    model = Model()
+    assert bench.peak_the_head(Model(), logit_std=1e-9)["nucleus_tokens"] > 0.9 * vocab  # ~flat: ~95% of the vocab
+    narrow, wide = bench.peak_the_head(model, logit_std=2.0), bench.peak_the_head(Model(), logit_std=8.0)
+    assert torch.all(model.model.norm.weight == 1.0)
+    logits = torch.randn(256, hidden_size) @ model.lm_head.weight.detach().T
+    assert logits.std().item() == pytest.approx(2.0, rel=0.05)
+    assert wide["entropy_nats"] < narrow["entropy_nats"]
+    assert wide["nucleus_tokens"] < narrow["nucleus_tokens"] < 0.9 * vocab
