@@ -35,12 +35,18 @@ def identity_refinement_example(task: Any, tokenizer: Any, program: str) -> dict
     return refinement_example(task, row, tokenizer)
 
 
-def build_inputs(work: Path, grid_side: int, rows: int) -> dict[str, Any]:
+def build_inputs(work: Path, grid_side: int, rows: int, logit_std: float | None = None) -> dict[str, Any]:
     """The random 8B model (no warm-up) and at least ``rows`` refinement prompts, once per work folder (again when
     an earlier call built fewer: a run that outlasts its prompts starts a second epoch, whose first step
-    overlapped generation cannot prefetch)."""
+    overlapped generation cannot prefetch). With ``logit_std`` the runs train and sample a copy whose LM head is
+    peaked (``peaked_model``); a work folder holds runs of one head only."""
     done = work / "inputs.json"
     built = json.loads(done.read_text()) if done.is_file() else {}
+    if built and built.get("logit_std") != logit_std:
+        raise SystemExit(
+            f"{work} holds runs with logit std {built.get('logit_std')} (None: the random head), not {logit_std}: "
+            "use another --work"
+        )
     if built.get("rows", 0) >= rows:
         return built
     import numpy as np
@@ -74,13 +80,47 @@ def build_inputs(work: Path, grid_side: int, rows: int) -> dict[str, Any]:
     examples = [identity_refinement_example(task, tokenizer, program) for task in tasks]
     write_table(examples, work / "refinement.parquet", REFINEMENT_SCHEMA)
     inputs = {
-        "model": str(model_dir),
+        "model": str(model_dir if logit_std is None else peaked_model(model_dir, logit_std)),
+        "logit_std": logit_std,
         "dataset": str(work / "refinement.parquet"),
         "prompt_tokens": float(np.mean([example["prompt_tokens"] for example in examples])),
         "rows": rows,
     }
     done.write_text(json.dumps(inputs))
     return inputs
+
+
+def peaked_model(model_dir: Path, logit_std: float) -> Path:
+    """A copy of the random model whose LM head gives a unit-RMS hidden state logits of standard deviation
+    ``logit_std``: a trained model's kind of peaked next-token distribution. The random init's is about 1.3, nearly
+    flat over 128,256 tokens (a 0.95 nucleus of ~82,000), the worst case of a top-p sampler (benchmarks/README.md,
+    fourteenth lease). Only the head's safetensors file is rewritten; the other files are hard links. Built once,
+    beside ``model_dir``, whole or not at all."""
+    import math
+    import os
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    out = model_dir.with_name(f"{model_dir.name}-peaked-{logit_std:g}")
+    if (out / "config.json").is_file():
+        return out
+    index = model_dir / "model.safetensors.index.json"
+    shard = json.loads(index.read_text())["weight_map"]["lm_head.weight"] if index.is_file() else "model.safetensors"
+    partial = out.with_name(out.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir()
+    for path in model_dir.iterdir():
+        if path.is_file() and path.name != shard:
+            os.link(path, partial / path.name)
+    tensors = load_file(model_dir / shard)
+    head = tensors["lm_head.weight"].float()
+    # the final RMSNorm's scale is 1 in the random init, so a logit's spread is the head row's norm
+    head *= logit_std / (head.std().item() * math.sqrt(head.shape[1]))
+    tensors["lm_head.weight"] = head.to(tensors["lm_head.weight"].dtype)
+    save_file(tensors, partial / shard, metadata={"format": "pt"})
+    partial.rename(out)
+    return out
 
 
 # the server's counters read around each request (vLLM's Prometheus names; a missing one reads as absent)

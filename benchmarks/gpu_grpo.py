@@ -618,6 +618,14 @@ def main() -> None:
         "--variant-timeout", type=float, default=None, help="stop a variant's process after this many seconds"
     )
     parser.add_argument("--grid-side", type=int, default=10, help="side of the random grids (prompt length)")
+    parser.add_argument(
+        "--peaked-logits",
+        type=float,
+        metavar="STD",
+        help="train and sample a copy of the model with a peaked head: logits of this standard deviation "
+        "(gpu_bench_inputs.peaked_model; 8: about 0.35 nats, like a trained model's); default: the random head's "
+        "nearly flat distribution. A work folder holds runs of one head",
+    )
     parser.add_argument("--run-variant", help=argparse.SUPPRESS)  # internal: one variant in a child process
     parser.add_argument("--report-only", action="store_true", help="print the table of the runs already made")
     args = parser.parse_args()
@@ -630,7 +638,7 @@ def main() -> None:
     unknown = sorted(set(names) - set(VARIANTS))
     if unknown:
         raise SystemExit(f"unknown variants {unknown}; choose from {list(VARIANTS)}")
-    inputs = build_inputs(args.work, args.grid_side, rows=max(8, args.steps + 2))
+    inputs = build_inputs(args.work, args.grid_side, rows=max(8, args.steps + 2), logit_std=args.peaked_logits)
     for name in names if not args.report_only else []:
         if (args.work / name / "summary.json").is_file():
             continue  # already measured in this work folder

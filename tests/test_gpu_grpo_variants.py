@@ -33,3 +33,40 @@ def test_overlap_figures_leave_out_the_steps_with_no_decode_beside_them():
     # a run too short to lose its tail keeps what it has
     short = GPU_GRPO.steady_steps(wide.head(2), {"overlap_generation": True, "overlap_request_steps": 1})
     assert short["step"].to_list() == [2]
+
+
+def test_the_peaked_copy_rewrites_the_head_alone_and_a_work_folder_keeps_one_head(tmp_path):
+    """gpu_grpo.py --peaked-logits: the copy's LM head gives unit-RMS hidden states logits of the asked spread, every
+    other weight is the random model's (its files hard links), and a work folder built with one head refuses runs
+    with another (their figures would share the folder's cached runs)."""
+    import json
+
+    import torch
+    from safetensors.torch import load_file
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    inputs = load_benchmark("gpu_bench_inputs")
+    shape = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4}
+    config = LlamaConfig(vocab_size=2000, num_key_value_heads=2, tie_word_embeddings=False, **shape)
+    model_dir = tmp_path / "model"
+    LlamaForCausalLM(config).save_pretrained(model_dir)
+    before = (model_dir / "model.safetensors").read_bytes()
+
+    peaked_dir = inputs.peaked_model(model_dir, logit_std=6.0)
+    assert inputs.peaked_model(model_dir, logit_std=6.0) == peaked_dir  # built once
+    assert (model_dir / "model.safetensors").read_bytes() == before
+    assert (peaked_dir / "config.json").stat().st_ino == (model_dir / "config.json").stat().st_ino
+    original, peaked = (load_file(folder / "model.safetensors") for folder in (model_dir, peaked_dir))
+    hidden = torch.randn(512, 64)  # unit RMS per row, as after the final RMSNorm of scale 1
+    assert (hidden @ peaked["lm_head.weight"].float().T).std().item() == pytest.approx(6.0, rel=0.05)
+    assert (hidden @ original["lm_head.weight"].float().T).std().item() < 0.5
+    assert torch.all(original["model.norm.weight"] == 1.0)  # what the spread's arithmetic assumes
+    assert original.keys() == peaked.keys()
+    assert all(torch.equal(tensor, peaked[name]) for name, tensor in original.items() if name != "lm_head.weight")
+
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "inputs.json").write_text(json.dumps({"rows": 8, "logit_std": None, "model": str(model_dir)}))
+    with pytest.raises(SystemExit, match="logit std None"):
+        inputs.build_inputs(work, grid_side=10, rows=8, logit_std=8.0)
+    assert inputs.build_inputs(work, grid_side=10, rows=8)["model"] == str(model_dir)
