@@ -27,7 +27,10 @@ engine and GPU each; same prompts, same seeds) and prints one table of tokens/s:
 - ``seqs-2x``: the bf16 cache at twice ``--max-num-seqs`` (fits where the GPU has the memory: an H200);
 - ``unseeded`` and ``no-top-p``: what the sampler's per-request seeds and its top-p (0.95 over the 128k
   vocabulary) cost a decode step. Both change what is sampled (and unseeded runs are not reproducible):
-  they measure, they are not levers to adopt.
+  they measure, they are not levers to adopt;
+- ``top-p-4-warps`` (vLLM 0.31): the baseline with vLLM's top-p kernel launched with 4 warps, Triton's default
+  and vLLM 0.26's, instead of 0.31's 8 (``top_p_kernel_warps``): whether the kernel or the code around it makes
+  0.31's top-p cost 5-7 ms a decode step against 0.26's 1 ms (benchmarks/README.md, fifteenth lease).
 
     python benchmarks/gpu_inference.py --tasks 250 --variants baseline fp8-kv fp8-kv-seqs cascade
 
@@ -40,8 +43,8 @@ vLLM's dummy weights (uniform in [-0.001, 0.001], RMSNorm scales included) give 
 next-token distribution over 128,256 tokens, the worst case of a top-p kernel's pivot search (benchmarks/README.md,
 fourteenth lease). ``--peaked-logits STD`` gives the model a trained model's kind of head instead, once the engine
 has started: final RMSNorm scale 1 and LM-head weights uniform with the variance that makes each logit's standard
-deviation STD (8: about 0.35 nats, a 0.95 nucleus of one or two tokens); the table's header reports the head's
-measured entropy. It changes what is sampled, not the work of a decode step outside the sampler.
+deviation STD (8, on the 8B shape: 1.50 nats, a 0.95 nucleus of 13.5 tokens); the table's header reports the
+head's measured entropy. It changes what is sampled, not the work of a decode step outside the sampler.
 
 Where one stack is slower than another (issue 51: vLLM 0.31 at 0.93x of 0.26), ``--profile DIR`` runs vLLM's
 torch profiler over ``--profile-steps`` engine steps after the first ``--profile-delay`` and prints the top of
@@ -132,7 +135,17 @@ def prompt_lengths(spec: str, count: int, rng: np.random.Generator) -> list[int]
     return [int(spec)] * count
 
 
-VARIANTS = ("baseline", "fp8-kv", "fp8-kv-seqs", "cascade", "seqs-2x", "unseeded", "no-top-p", "flashinfer-attention")
+VARIANTS = (
+    "baseline",
+    "fp8-kv",
+    "fp8-kv-seqs",
+    "cascade",
+    "seqs-2x",
+    "unseeded",
+    "no-top-p",
+    "flashinfer-attention",
+    "top-p-4-warps",
+)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -264,7 +277,8 @@ def measure(args: argparse.Namespace, variant: str) -> dict[str, Any]:
     config = EngineConfig(model=str(model_dir), **settings)
     sampling = variant_sampling(args, variant)
     profile = profiler_arguments(args, variant)
-    if args.peaked_logits is not None:  # apply_model sends peak_the_head pickled to vLLM's engine process
+    top_p_warps = 4 if variant == "top-p-4-warps" else None
+    if args.peaked_logits is not None or top_p_warps:  # apply_model sends a function pickled to vLLM's engine process
         os.environ["VLLM_ALLOW_INSECURE_SERIALIZATION"] = "1"
     started = time.perf_counter()
     engine = Engine(config, extra_arguments=profile)
@@ -273,6 +287,8 @@ def measure(args: argparse.Namespace, variant: str) -> dict[str, Any]:
     if args.peaked_logits is not None:
         head = engine.apply_model(functools.partial(peak_the_head, logit_std=args.peaked_logits))[0]
         log.info("peaked head: %s", head)
+    if top_p_warps:
+        log.info("top-p kernel: %s", engine.apply_model(functools.partial(top_p_kernel_warps, warps=top_p_warps))[0])
     warmup_s = warm_up(engine, args, sampling)
     with engine.profiling() if profile else contextlib.nullcontext():
         generations = engine.generate(prompts, sampling, keys=[str(i) for i in range(len(prompts))])
@@ -313,6 +329,26 @@ def peak_the_head(model: Any, logit_std: float, probes: int = 64) -> dict[str, f
         entropy = -(probs * probs.clamp_min(1e-30).log()).sum(-1)
         nucleus = (probs.sort(dim=-1, descending=True).values.cumsum(-1) < 0.95).sum(-1) + 1
     return {"bound": bound, "entropy_nats": entropy.mean().item(), "nucleus_tokens": nucleus.float().mean().item()}
+
+
+def top_p_kernel_warps(model: Any, warps: int) -> str:
+    """In vLLM's worker (``model`` unused): launch vLLM 0.31's top-p/top-k Triton kernel with ``warps`` warps from
+    now on, by wrapping the launch plan that its dispatcher asks of ``_topk_topp`` (which sets 8 on a GPU). Returns
+    what it did. vLLM 0.26 has no such dispatcher: the variant is for 0.31 only."""
+    from vllm.v1.sample.ops import topk_topp_triton
+
+    dispatcher = getattr(topk_topp_triton, "_topk_topp", None)
+    if dispatcher is None or not hasattr(dispatcher, "_dispatch_fn"):
+        raise RuntimeError("this vLLM launches its top-p kernel without a dispatcher: top-p-4-warps needs vLLM 0.31")
+    plan = getattr(dispatcher, "_plan_with_vllms_warps", dispatcher._dispatch_fn)
+
+    def plan_with_warps(*args: Any, **kwargs: Any) -> Any:
+        grid, launch, *outputs = plan(*args, **kwargs)
+        return (grid, {**launch, "num_warps": warps}, *outputs)
+
+    dispatcher._plan_with_vllms_warps = plan
+    dispatcher._dispatch_fn = plan_with_warps
+    return f"launched with {warps} warps"
 
 
 def head_description(args: argparse.Namespace, result: dict[str, Any]) -> str:

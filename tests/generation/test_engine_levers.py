@@ -190,6 +190,7 @@ def test_benchmark_variants_build_valid_engine_configs() -> None:
         "unseeded": ("auto", 256, False, "auto"),
         "no-top-p": ("auto", 256, False, "auto"),
         "flashinfer-attention": ("auto", 256, False, "FLASHINFER"),
+        "top-p-4-warps": ("auto", 256, False, "auto"),
     }
     # the two sampler variants change only what they measure; every other variant samples as the pipeline does
     sampling = {variant: bench.variant_sampling(args, variant) for variant in args.variants}
@@ -269,3 +270,27 @@ def test_a_peaked_head_gives_logits_of_the_asked_spread_and_a_small_nucleus() ->
     assert logits.std().item() == pytest.approx(2.0, rel=0.05)
     assert wide["entropy_nats"] < narrow["entropy_nats"]
     assert wide["nucleus_tokens"] < narrow["nucleus_tokens"] < 0.9 * vocab
+
+
+def test_the_top_p_warps_variant_changes_the_kernels_launch_plan_alone() -> None:
+    """gpu_inference.py's top-p-4-warps: in the worker it wraps vLLM's launch plan for its top-p/top-k kernel, so
+    the kernel launches with the asked warps and every other launch argument as vLLM planned it; applied twice, it
+    wraps vLLM's own plan, not its own wrapper."""
+    import torch
+    from vllm.v1.sample.ops import topk_topp_triton
+
+    bench = _benchmark_module()
+    dispatcher = topk_topp_triton._topk_topp
+    vllms_plan = dispatcher._dispatch_fn
+    logits = torch.zeros(3, 1000)
+    arguments = (logits, logits, logits, logits, None, torch.full((3,), 0.95), float("-inf"), 8)
+    grid, planned = vllms_plan(*arguments)
+    try:
+        assert bench.top_p_kernel_warps(None, warps=2) == "launched with 2 warps"
+        assert bench.top_p_kernel_warps(None, warps=1) == "launched with 1 warps"
+        new_grid, launch = dispatcher._dispatch_fn(*arguments)
+        assert planned["num_warps"] != 1 and launch == {**planned, "num_warps": 1} and new_grid == grid
+        assert dispatcher._plan_with_vllms_warps is vllms_plan
+    finally:
+        dispatcher._dispatch_fn = vllms_plan
+        del dispatcher._plan_with_vllms_warps
