@@ -113,7 +113,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "chunked-2k-liger": {"backward_chunk_tokens": 2100, "liger_kernels": True},
     "chunked-2k-liger-compile": {"backward_chunk_tokens": 2100, "liger_kernels": True, "torch_compile": True},
     # torch.compile of the policy alone, on the preset's chunks (it failed in Inductor on torch 2.11), and of each
-    # decoder layer (train.compile_layers: regional compilation)
+    # decoder layer (train.compile_layers: regional compilation; before 2026-11-30 each layer whole, which past Dynamo's
+    # recompile limit left at least 24 of the 32 layers eager: every compiled-layers figure until then is of at most 8)
     "chunked-2k-compile": {"backward_chunk_tokens": 2100, "torch_compile": True},
     "chunked-2k-compile-layers": {"backward_chunk_tokens": 2100, "compile_layers": True},
     # vLLM 0.31's default sampler, FlashInfer's top-p/top-k (VARIANT_ENVIRONMENT; needs flashinfer-python, which
@@ -183,7 +184,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "overlap_switch_interval_ms": 0.1,
         **LOSS_FORWARD_CORRECTION,
     },
-    # the same with each decoder layer compiled (train.compile_layers): fewer Python-level calls for the training
+    # the same with the decoder layers compiled (train.compile_layers): fewer Python-level calls for the training
     # thread, which shares the interpreter lock with the decoding thread
     "chunked-2k-overlap-compile-layers": {
         "backward_chunk_tokens": 2100,

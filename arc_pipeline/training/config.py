@@ -58,8 +58,9 @@ class TrainConfig(LoraSettings):
     torch_compile: bool = Field(False, description="torch.compile the policy (transformers' torch_compile)")
     compile_layers: bool = Field(
         False,
-        description="torch.compile each decoder layer of the policy in place, LoRA included, shapes dynamic (regional "
-        "compilation; backend trl, not with torch_compile: arc_pipeline/training/speed/compiled_layers.py)",
+        description="torch.compile the norms, MLP and attention projections of each decoder layer of the policy in "
+        "place, LoRA included, shapes dynamic (regional compilation; backend trl, not with torch_compile: "
+        "arc_pipeline/training/speed/compiled_layers.py)",
     )
     liger_kernels: bool = Field(
         False,
