@@ -64,7 +64,7 @@ def compile_decoder_layers(model: Any, backend: str = "inductor") -> int:
         raise PipelineError(f"train: compile_layers: no decoder layer found in {type(model).__name__}")
     # One function (a LoRA projection's forward) serves modules of several weight shapes (the query and output
     # projections, the key and value ones, the MLP's), each at batch 1 (the prompt pass) and more (the chunks):
-    # graphs per shape class, not per layer, but more than Dynamo's default limit of 8 leaves room for
+    # a graph per shape class, not per layer, but possibly more than Dynamo's default limit of 8 graphs
     torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, REGION_GRAPH_LIMIT)
     for layer in layers:
         for region in compiled_regions(layer):
