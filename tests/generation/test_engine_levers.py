@@ -294,3 +294,18 @@ def test_the_top_p_warps_variant_changes_the_kernels_launch_plan_alone() -> None
     finally:
         dispatcher._dispatch_fn = vllms_plan
         del dispatcher._plan_with_vllms_warps
+
+
+def test_the_top_p_step_benchmark_loads_another_releases_kernel_module_beside_this_ones(tmp_path: Path) -> None:
+    """gpu_top_p_kernel.py --kernel-source: a release's topk_topp_triton.py becomes a module of its own (this vLLM's
+    stays as it is), and a file without the step is refused naming it."""
+    from vllm.v1.sample.ops import topk_topp_triton
+
+    bench = load_benchmark("gpu_top_p_kernel")
+    loaded = bench.load_kernel_source(Path(topk_topp_triton.__file__))
+    assert loaded.__name__ == "apply_top_k_top_p_triton" and loaded is not topk_topp_triton.apply_top_k_top_p_triton
+    assert loaded.__module__ == "other_release_topk_topp_triton"
+    empty = tmp_path / "topk_topp_triton.py"
+    empty.write_text("VALUE = 1\n")
+    with pytest.raises(SystemExit, match=str(empty)):
+        bench.load_kernel_source(empty)
