@@ -51,7 +51,9 @@ head's measured entropy. It changes what is sampled, not the work of a decode st
 Where one stack is slower than another (issue 51: vLLM 0.31 at 0.93x of 0.26), ``--profile DIR`` runs vLLM's
 torch profiler over ``--profile-steps`` engine steps after the first ``--profile-delay`` and prints the top of
 its kernel table (all of it in ``DIR/<variant>/``, the traces beside it); the profiler
-slows those steps, so a profiled run's rates are not figures.
+slows those steps, so a profiled run's rates are not figures. ``--stack-samples`` samples the Python stacks of
+the engine process's threads over the timed generation and prints each thread's most frequent ones
+(``engine_stacks.py``): what the host does where the profile shows the GPU waiting on it.
 """
 
 from __future__ import annotations
@@ -71,6 +73,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from engine_stacks import stack_table, start_sampling, stop_sampling
 
 # Llama shapes (hidden, layers, heads, kv heads, intermediate); vocab 128,256 and head size 128.
 SIZES = {
@@ -193,6 +196,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--profile", type=Path, help="profile some engine steps into this folder (see above)")
     parser.add_argument("--profile-delay", type=int, default=200, help="engine steps before the profiled ones")
     parser.add_argument("--profile-steps", type=int, default=100, help="engine steps profiled")
+    parser.add_argument(
+        "--stack-samples", action="store_true", help="sample the engine process's Python stacks (see above)"
+    )
     parser.add_argument("--result-json", type=Path, help=argparse.SUPPRESS)  # a variant's child process writes here
     return parser.parse_args(argv)
 
@@ -280,7 +286,8 @@ def measure(args: argparse.Namespace, variant: str) -> dict[str, Any]:
     sampling = variant_sampling(args, variant)
     profile = profiler_arguments(args, variant)
     top_p_warps = 4 if variant == "top-p-4-warps" else None
-    if args.peaked_logits is not None or top_p_warps:  # apply_model sends a function pickled to vLLM's engine process
+    # apply_model sends a function pickled to vLLM's engine process
+    if args.peaked_logits is not None or top_p_warps or args.stack_samples:
         os.environ["VLLM_ALLOW_INSECURE_SERIALIZATION"] = "1"
     started = time.perf_counter()
     engine = Engine(config, extra_arguments=profile)
@@ -292,8 +299,11 @@ def measure(args: argparse.Namespace, variant: str) -> dict[str, Any]:
     if top_p_warps:
         log.info("top-p kernel: %s", engine.apply_model(functools.partial(top_p_kernel_warps, warps=top_p_warps))[0])
     warmup_s = warm_up(engine, args, sampling)
+    if args.stack_samples:
+        log.info("stack sampler: %s", engine.apply_model(start_sampling)[0])
     with engine.profiling() if profile else contextlib.nullcontext():
         generations = engine.generate(prompts, sampling, keys=[str(i) for i in range(len(prompts))])
+    stacks = engine.apply_model(stop_sampling)[0] if args.stack_samples else None
     engine.close()
     lengths = [len(p) for p in prompts]
     return {
@@ -311,6 +321,7 @@ def measure(args: argparse.Namespace, variant: str) -> dict[str, Any]:
         "prompt_mean": float(np.mean(lengths)),
         "prompt_max": max(lengths),
         "profile_table": profile_table(Path(profile["profiler_config"]["torch_profiler_dir"])) if profile else None,
+        "stacks": stacks,
     }
 
 
@@ -396,10 +407,13 @@ def profile_table(folder: Path) -> str:
 
 
 def print_profiles(args: argparse.Namespace, results: list[dict[str, Any]]) -> None:
-    """Each profiled variant's kernel table (``--profile``), after the figures."""
+    """Each profiled variant's kernel table (``--profile``) and stack samples (``--stack-samples``), after the
+    figures."""
     for result in results:
         if result.get("profile_table"):
             print(f"\nprofile of {result['variant']} ({args.profile / result['variant']}):\n{result['profile_table']}")
+        if result.get("stacks") is not None:
+            print(f"\nthe engine process's stacks, {result['variant']}:\n{stack_table(result['stacks'])}")
 
 
 def device_name() -> str:

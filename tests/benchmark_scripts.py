@@ -12,7 +12,10 @@ BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
 def load_benchmark(name: str) -> ModuleType:
     """``benchmarks/<name>.py``, loaded once per process and registered under ``name`` (its dataclasses look
-    their module up in ``sys.modules``)."""
+    their module up in ``sys.modules``). The folder goes on the path, last, as a script run from it has it first:
+    the scripts import their siblings by name."""
+    if str(BENCHMARKS) not in sys.path:
+        sys.path.append(str(BENCHMARKS))
     path = BENCHMARKS / f"{name}.py"
     loaded = sys.modules.get(name)
     if loaded is not None and Path(getattr(loaded, "__file__", "")) == path:

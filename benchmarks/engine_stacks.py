@@ -1,0 +1,83 @@
+"""Where a vLLM engine's process spends its host time: a thread started inside the engine's worker (through
+``Engine.apply_model``) samples the Python stack of every other thread of that process at a fixed interval, until
+asked for the counts (``gpu_inference.py --stack-samples``).
+
+Why: with top-p on, vLLM 0.31's decode steps leave the GPU idle about 4 ms a step longer than with it off, and
+every PyTorch call of the step takes longer on the host, while the top-p kernel itself is fast
+(benchmarks/README.md, sixteenth lease). A profiler records PyTorch calls; this records what each Python thread
+is doing, the engine's loop and anything beside it, with no tool to install and no ptrace. One sample walks
+every thread's frames under the interpreter lock, so the sampler slows the run a little: its runs' rates are not
+figures.
+
+The functions run in the worker, which imports this module by name (the benchmark's folder is on the spawned
+process's path, as it is on the parent's); the state lives in the worker's copy of the module.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+_SAMPLER: dict[str, Any] = {}
+
+
+def _frames(frame: Any, depth: int) -> tuple[str, ...]:
+    """The innermost ``depth`` frames of a stack, innermost first, as ``file:function``."""
+    stack = []
+    while frame is not None and len(stack) < depth:
+        stack.append(f"{Path(frame.f_code.co_filename).name}:{frame.f_code.co_name}")
+        frame = frame.f_back
+    return tuple(stack)
+
+
+def start_sampling(model: Any, interval_s: float = 0.005, depth: int = 8) -> str:
+    """In the worker (``model`` unused): start sampling every other thread's stack each ``interval_s``."""
+    stop_sampling(None)  # a sampler left running by an earlier call
+    counts: Counter[tuple[str, tuple[str, ...]]] = Counter()
+    stop = threading.Event()
+    taken = [0]
+
+    def sample() -> None:
+        me = threading.get_ident()
+        while not stop.wait(interval_s):
+            names = {thread.ident: thread.name for thread in threading.enumerate()}
+            for ident, frame in sys._current_frames().items():
+                if ident != me:
+                    counts[(names.get(ident, str(ident)), _frames(frame, depth))] += 1
+            taken[0] += 1
+
+    thread = threading.Thread(target=sample, name="stack-sampler", daemon=True)
+    _SAMPLER.update(thread=thread, stop=stop, counts=counts, taken=taken, interval_s=interval_s)
+    thread.start()
+    return f"sampling every {interval_s * 1000:g} ms"
+
+
+def stop_sampling(model: Any, top: int = 400) -> dict[str, Any]:
+    """In the worker: stop the sampler and return its counts: ``samples`` taken and the ``top`` most frequent
+    (thread, stack, count) triples, stacks innermost frame first ({} if none ran)."""
+    if not _SAMPLER:
+        return {}
+    _SAMPLER["stop"].set()
+    _SAMPLER["thread"].join()
+    counts, taken = _SAMPLER["counts"], _SAMPLER["taken"][0]
+    _SAMPLER.clear()
+    return {"samples": taken, "stacks": [(name, list(stack), n) for (name, stack), n in counts.most_common(top)]}
+
+
+def stack_table(result: dict[str, Any], rows: int = 12, frames: int = 3) -> str:
+    """Per thread, its most frequent innermost ``frames`` frames with their share of the samples, as Markdown."""
+    samples = result.get("samples", 0)
+    if not samples:
+        return "no stack samples"
+    per_thread: dict[str, Counter[str]] = {}
+    for name, stack, count in result["stacks"]:
+        per_thread.setdefault(name, Counter())[" < ".join(stack[:frames])] += count
+    header = "| thread | innermost frames (innermost first) | share of samples |"
+    lines = [f"{samples} samples", "", header, "|---|---|---:|"]
+    for name, counts in sorted(per_thread.items(), key=lambda item: -sum(item[1].values())):
+        for frames_text, count in counts.most_common(rows):
+            lines.append(f"| {name} | {frames_text} | {count / samples:.1%} |")
+    return "\n".join(lines)
