@@ -9,19 +9,29 @@ is doing, the engine's loop and anything beside it, with no tool to install and 
 every thread's frames under the interpreter lock, so the sampler slows the run a little: its runs' rates are not
 figures.
 
-The functions run in the worker, which imports this module by name (the benchmark's folder is on the spawned
-process's path, as it is on the parent's); the state lives in the worker's copy of the module.
+The functions run in the worker: gpu_inference.py sends them pickled by value (``cloudpickle``), so the worker
+need not import this module, and each unpickled copy has globals of its own: the sampler's state is kept in a
+module of its own in ``sys.modules`` (``STATE_MODULE``), which every copy in one process finds.
 """
 
 from __future__ import annotations
 
 import sys
 import threading
+import types
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
-_SAMPLER: dict[str, Any] = {}
+STATE_MODULE = "arc_pipeline_benchmark_stack_sampler"
+
+
+def _state() -> dict[str, Any]:
+    """The sampler's state in this process, shared by every copy of these functions."""
+    module = sys.modules.setdefault(STATE_MODULE, types.ModuleType(STATE_MODULE))
+    if not hasattr(module, "sampler"):
+        module.sampler = {}
+    return module.sampler
 
 
 def _frames(frame: Any, depth: int) -> tuple[str, ...]:
@@ -50,7 +60,7 @@ def start_sampling(model: Any, interval_s: float = 0.005, depth: int = 8) -> str
             taken[0] += 1
 
     thread = threading.Thread(target=sample, name="stack-sampler", daemon=True)
-    _SAMPLER.update(thread=thread, stop=stop, counts=counts, taken=taken, interval_s=interval_s)
+    _state().update(thread=thread, stop=stop, counts=counts, taken=taken, interval_s=interval_s)
     thread.start()
     return f"sampling every {interval_s * 1000:g} ms"
 
@@ -58,12 +68,13 @@ def start_sampling(model: Any, interval_s: float = 0.005, depth: int = 8) -> str
 def stop_sampling(model: Any, top: int = 400) -> dict[str, Any]:
     """In the worker: stop the sampler and return its counts: ``samples`` taken and the ``top`` most frequent
     (thread, stack, count) triples, stacks innermost frame first ({} if none ran)."""
-    if not _SAMPLER:
+    sampler = _state()
+    if not sampler:
         return {}
-    _SAMPLER["stop"].set()
-    _SAMPLER["thread"].join()
-    counts, taken = _SAMPLER["counts"], _SAMPLER["taken"][0]
-    _SAMPLER.clear()
+    sampler["stop"].set()
+    sampler["thread"].join()
+    counts, taken = sampler["counts"], sampler["taken"][0]
+    sampler.clear()
     return {"samples": taken, "stacks": [(name, list(stack), n) for (name, stack), n in counts.most_common(top)]}
 
 

@@ -300,6 +300,10 @@ def measure(args: argparse.Namespace, variant: str) -> dict[str, Any]:
         log.info("top-p kernel: %s", engine.apply_model(functools.partial(top_p_kernel_warps, warps=top_p_warps))[0])
     warmup_s = warm_up(engine, args, sampling)
     if args.stack_samples:
+        import cloudpickle
+        import engine_stacks
+
+        cloudpickle.register_pickle_by_value(engine_stacks)  # the worker need not import it (engine_stacks.py)
         log.info("stack sampler: %s", engine.apply_model(start_sampling)[0])
     with engine.profiling() if profile else contextlib.nullcontext():
         generations = engine.generate(prompts, sampling, keys=[str(i) for i in range(len(prompts))])

@@ -6,6 +6,8 @@ from __future__ import annotations
 import threading
 import time
 
+import cloudpickle
+
 from tests.benchmark_scripts import load_benchmark
 
 
@@ -31,3 +33,18 @@ def test_the_sampler_sees_another_threads_stack_and_stops() -> None:
     busy_rows = [line for line in table.splitlines() if line.startswith("| busy |")]
     assert busy_rows and any("test_engine_stacks.py:busy_loop_for_the_sampler" in row for row in busy_rows)
     assert stacks.stack_table({}) == "no stack samples"
+
+
+def test_copies_sent_by_value_share_the_sampler_of_their_process() -> None:
+    """As gpu_inference.py sends them to vLLM's worker: pickled by value, start and stop each a copy of its own."""
+    stacks = load_benchmark("engine_stacks")
+    cloudpickle.register_pickle_by_value(stacks)
+    try:
+        start = cloudpickle.loads(cloudpickle.dumps(stacks.start_sampling))
+        stop = cloudpickle.loads(cloudpickle.dumps(stacks.stop_sampling))
+    finally:
+        cloudpickle.unregister_pickle_by_value(stacks)
+    assert start.__globals__ is not stop.__globals__
+    start(None, interval_s=0.002)
+    busy_loop_for_the_sampler(0.1)
+    assert stop(None)["samples"] >= 5
