@@ -72,8 +72,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import engine_stacks
 import numpy as np
-from engine_stacks import stack_table, start_sampling, stop_sampling
 
 # Llama shapes (hidden, layers, heads, kv heads, intermediate); vocab 128,256 and head size 128.
 SIZES = {
@@ -301,13 +301,12 @@ def measure(args: argparse.Namespace, variant: str) -> dict[str, Any]:
     warmup_s = warm_up(engine, args, sampling)
     if args.stack_samples:
         import cloudpickle
-        import engine_stacks
 
         cloudpickle.register_pickle_by_value(engine_stacks)  # the worker need not import it (engine_stacks.py)
-        log.info("stack sampler: %s", engine.apply_model(start_sampling)[0])
+        log.info("stack sampler: %s", engine.apply_model(engine_stacks.start_sampling)[0])
     with engine.profiling() if profile else contextlib.nullcontext():
         generations = engine.generate(prompts, sampling, keys=[str(i) for i in range(len(prompts))])
-    stacks = engine.apply_model(stop_sampling)[0] if args.stack_samples else None
+    stacks = engine.apply_model(engine_stacks.stop_sampling)[0] if args.stack_samples else None
     engine.close()
     lengths = [len(p) for p in prompts]
     return {
@@ -417,7 +416,7 @@ def print_profiles(args: argparse.Namespace, results: list[dict[str, Any]]) -> N
         if result.get("profile_table"):
             print(f"\nprofile of {result['variant']} ({args.profile / result['variant']}):\n{result['profile_table']}")
         if result.get("stacks") is not None:
-            print(f"\nthe engine process's stacks, {result['variant']}:\n{stack_table(result['stacks'])}")
+            print(f"\nthe engine process's stacks, {result['variant']}:\n{engine_stacks.stack_table(result['stacks'])}")
 
 
 def device_name() -> str:

@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import logging
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -45,7 +44,7 @@ def load_kernel_source(path: Path) -> Callable[..., Any]:
     return module.apply_top_k_top_p_triton
 
 
-def time_calls(step: Callable[[Any], Any], logits: Any, top_p: Any, calls: int) -> float:
+def time_calls(step: Callable[[Any], Any], logits: Any, calls: int) -> float:
     """Mean microseconds of ``step(copy of logits)`` over ``calls`` calls, the copy's own time taken off."""
     import torch
 
@@ -98,7 +97,7 @@ def main() -> None:
         probs = torch.softmax(logits[:8], dim=-1)
         nucleus = ((probs.sort(dim=-1, descending=True).values.cumsum(-1) < args.top_p).sum(-1) + 1).float().mean()
         for name, function in steps.items():
-            micros = time_calls(lambda work, f=function, p=top_p: f(work, None, p), logits, top_p, args.calls)
+            micros = time_calls(lambda work, f=function, p=top_p: f(work, None, p), logits, args.calls)
             rows.append((batch, name, micros, nucleus.item()))
             log.info("batch %d, %s: %.0f us", batch, name, micros)
     print(
@@ -113,4 +112,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()
