@@ -2,10 +2,11 @@
 ``Engine.apply_model``) samples the Python stack of every other thread of that process at a fixed interval, until
 asked for the counts (``gpu_inference.py --stack-samples``).
 
-Why: with top-p on, vLLM 0.31's decode steps leave the GPU idle about 4 ms a step longer than with it off, and
-every PyTorch call of the step takes longer on the host, while the top-p kernel itself is fast
+Why: with top-p on, vLLM 0.31 generated for seconds longer than with it off while its top-p kernel was fast
 (benchmarks/README.md, sixteenth lease). A profiler records PyTorch calls; this records what each Python thread
-is doing, the engine's loop and anything beside it, with no tool to install and no ptrace. One sample walks
+is doing, the engine's loop and anything beside it, with no tool to install and no ptrace. It found the answer:
+about a fifth of the engine thread's samples in Triton's compiler, the top-p kernels compiling in the timed window
+(seventeenth lease). One sample walks
 every thread's frames under the interpreter lock, so the sampler slows the run a little: its runs' rates are not
 figures.
 

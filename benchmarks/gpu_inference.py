@@ -31,15 +31,16 @@ engine and GPU each; same prompts, same seeds) and prints one table of tokens/s:
 - ``top-p-4-warps`` (vLLM 0.31): the baseline with vLLM's top-p kernel launched with 4 warps, Triton's default
   and vLLM 0.26's, instead of 0.31's 8 (``top_p_kernel_warps``): whether the kernel or the code around it makes
   0.31's top-p cost 5-7 ms a decode step against 0.26's 1 ms. Measured: the same (28.8 against 28.2 s), so not
-  the warps; the kernel alone is fast (``gpu_top_p_kernel.py``) and the rest is host time (benchmarks/README.md,
-  sixteenth lease).
+  the warps; the kernel alone is fast (``gpu_top_p_kernel.py``); the rest was its kernels compiling in the timed
+  window (see the compile cache below).
 
     python benchmarks/gpu_inference.py --tasks 250 --variants baseline fp8-kv fp8-kv-seqs cascade
 
 Before the timed generation each engine samples ``--warmup-prompts`` short prompts of its own (not sharing a
 prefix with the timed ones) to ``--warmup-tokens``, so the Triton kernels that vLLM compiles at its first sampling
-steps (four for top-p in vLLM 0.31, about 10 s; one in 0.26, about 5 s) are compiled before the clock starts; the
-table shows that warm-up apart. ``--warmup-prompts 0``: timed from a cold engine, as the figures before 2026-11-30.
+steps (four for top-p in vLLM 0.31, about 10 s; one in 0.26, about 5 s) are compiled before the clock starts (for
+the warm-up's batch sizes: on 0.31 others compile later, see the compile cache below); the table shows that warm-up
+apart. ``--warmup-prompts 0``: timed from a cold engine, as the figures before 2026-11-30.
 
 vLLM's dummy weights (uniform in [-0.001, 0.001], RMSNorm scales included) give every logit about 0: a flat
 next-token distribution over 128,256 tokens, the worst case of a top-p kernel's pivot search (benchmarks/README.md,
@@ -48,12 +49,21 @@ has started: final RMSNorm scale 1 and LM-head weights uniform with the variance
 deviation STD (8, on the 8B shape: 1.50 nats, a 0.95 nucleus of 13.5 tokens); the table's header reports the
 head's measured entropy. It changes what is sampled, not the work of a decode step outside the sampler.
 
-Where one stack is slower than another (issue 51: vLLM 0.31 at 0.93x of 0.26), ``--profile DIR`` runs vLLM's
+Where one stack is slower than another (issue 51: vLLM 0.31 at 0.93x of 0.26, cold), ``--profile DIR`` runs vLLM's
 torch profiler over ``--profile-steps`` engine steps after the first ``--profile-delay`` and prints the top of
 its kernel table (all of it in ``DIR/<variant>/``, the traces beside it); the profiler
 slows those steps, so a profiled run's rates are not figures. ``--stack-samples`` samples the Python stacks of
 the engine process's threads over the timed generation and prints each thread's most frequent ones
-(``engine_stacks.py``): what the host does where the profile shows the GPU waiting on it.
+(``engine_stacks.py``): what the host does where the GPU waits on it (on vLLM 0.31: Triton compiling, below).
+
+Each engine compiles its Triton kernels into a cache of its own model folder, new for every variant, so a
+variant's figures include the kernels it compiles during the timed generation. vLLM 0.31's Model Runner V2 warms
+up no Triton kernel at engine start: its top-p kernels compile at the first decode steps of each batch size class
+(the split-row pipeline for up to 64 rows, one kernel variant per split count), about 5 s of the timed window on an
+H200 (benchmarks/README.md, seventeenth lease). A pipeline run's GPU jobs share one cache
+(``arc-pipeline --compile-cache``, arc_pipeline/generation/compile_cache.py), so only its first job pays that;
+``--compile-cache DIR`` gives the variants that shared cache: run the variant twice (``--variants baseline
+baseline``) and the second is the warm figure.
 """
 
 from __future__ import annotations
@@ -198,6 +208,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--profile-steps", type=int, default=100, help="engine steps profiled")
     parser.add_argument(
         "--stack-samples", action="store_true", help="sample the engine process's Python stacks (see above)"
+    )
+    parser.add_argument(
+        "--compile-cache",
+        type=Path,
+        metavar="DIR",
+        help="vLLM's, Inductor's and Triton's caches in DIR, as a pipeline run's GPU jobs share them (see above); "
+        "default: each engine compiles into a folder of its own model",
     )
     parser.add_argument("--result-json", type=Path, help=argparse.SUPPRESS)  # a variant's child process writes here
     return parser.parse_args(argv)
@@ -516,6 +533,10 @@ def main(argv: list[str] | None = None) -> None:
         print_single(args, result)
         print_profiles(args, [result])
         return
+    if args.compile_cache is not None:
+        from arc_pipeline.generation.compile_cache import use_compile_cache
+
+        log.info("compile caches: %s", use_compile_cache(args.compile_cache))  # the variants' processes inherit them
     results = run_variants(args, without_variants(argv))
     print(
         f"\ndevice: {device_name()}; model: random Llama {args.size} bf16; {args.tasks} tasks x "

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import warnings
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from inference_helpers import build_untrained_tiny_model, small_tasks, write_tas
 from arc_pipeline.config.errors import ConfigError
 from arc_pipeline.config.slices import parse_config
 from arc_pipeline.errors import PipelineError
+from arc_pipeline.generation.compile_cache import CACHE_VARIABLES
 from arc_pipeline.generation.engine import Engine, EngineConfig
 from arc_pipeline.generation.engine_args import attention_backend_problem, engine_arguments
 from arc_pipeline.stages.evaluate_config import EvaluateConfig
@@ -230,6 +232,28 @@ def test_children_get_one_variant_each() -> None:
     bench = _benchmark_module()
     argv = ["--tasks", "250", "--variants", "baseline", "fp8-kv", "--max-num-seqs", "128"]
     assert bench.without_variants(argv) == ["--tasks", "250", "--max-num-seqs", "128"]
+
+
+def test_compile_cache_gives_every_variant_the_pipelines_cache_folders(tmp_path: Path, monkeypatch) -> None:
+    """gpu_inference.py --compile-cache DIR: the variants' processes (children, which inherit the environment) compile
+    into DIR's folders as a pipeline run's GPU jobs do, so a variant run second finds the Triton kernels the first
+    compiled; without it each engine keeps a cache of its own model folder (no variable set)."""
+    bench = _benchmark_module()
+    for variable in CACHE_VARIABLES:  # unset, and unset again afterwards (main sets them in os.environ)
+        monkeypatch.setenv(variable, "")
+        monkeypatch.delenv(variable)
+    seen = []
+
+    def run_variants(args, argv):
+        seen.append({variable: os.environ.get(variable) for variable in CACHE_VARIABLES})
+        return [{"variant": "baseline", "error": "not run"}]
+
+    monkeypatch.setattr(bench, "run_variants", run_variants)
+    monkeypatch.setattr(bench, "device_name", lambda: "no GPU")
+    bench.main(["--variants", "baseline"])
+    bench.main(["--variants", "baseline", "--compile-cache", str(tmp_path / "cache")])
+    assert seen[0] == dict.fromkeys(CACHE_VARIABLES)
+    assert seen[1] == {v: str(tmp_path / "cache" / folder) for v, folder in CACHE_VARIABLES.items()}
 
 
 def test_benchmark_warm_up_prompts_leave_nothing_the_timed_prompts_reuse() -> None:
