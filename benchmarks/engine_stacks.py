@@ -6,9 +6,8 @@ Why: with top-p on, vLLM 0.31 generated for seconds longer than with it off whil
 (benchmarks/README.md, sixteenth lease). A profiler records PyTorch calls; this records what each Python thread
 is doing, the engine's loop and anything beside it, with no tool to install and no ptrace. It found the answer:
 about a fifth of the engine thread's samples in Triton's compiler, the top-p kernels compiling in the timed window
-(seventeenth lease). One sample walks
-every thread's frames under the interpreter lock, so the sampler slows the run a little: its runs' rates are not
-figures.
+(seventeenth lease). One sample walks every thread's frames under the interpreter lock, so the sampler slows the
+run a little: its runs' rates are not figures.
 
 The functions run in the worker: gpu_inference.py sends them pickled by value (``cloudpickle``), so the worker
 need not import this module, and each unpickled copy has globals of its own: the sampler's state is kept in a

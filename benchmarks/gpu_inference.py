@@ -524,6 +524,10 @@ def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.compile_cache is not None:  # set once in the first process; the variants' processes inherit it
+        from arc_pipeline.generation.compile_cache import use_compile_cache
+
+        log.info("compile caches: %s", use_compile_cache(args.compile_cache))
     if args.result_json is not None:  # one variant, in a child process of run_variants
         [variant] = args.variants
         args.result_json.write_text(json.dumps(measure(args, variant)))
@@ -533,10 +537,6 @@ def main(argv: list[str] | None = None) -> None:
         print_single(args, result)
         print_profiles(args, [result])
         return
-    if args.compile_cache is not None:
-        from arc_pipeline.generation.compile_cache import use_compile_cache
-
-        log.info("compile caches: %s", use_compile_cache(args.compile_cache))  # the variants' processes inherit them
     results = run_variants(args, without_variants(argv))
     print(
         f"\ndevice: {device_name()}; model: random Llama {args.size} bf16; {args.tasks} tasks x "
