@@ -32,6 +32,12 @@ shows each GPU's highest use while step 3 ran and while the last step ran. Separ
 ``CUDA_VISIBLE_DEVICES`` may run at once on one host, sharing ``--work`` once its inputs exist
 (``--report-only`` builds them). ``chunked-2k-overlap`` is the overlap on one GPU: the colocated engine decodes the
 next step on its own CUDA stream while this step trains.
+
+``--stack-samples STEP`` samples the Python stacks of every thread of a one-process variant from step STEP to its
+end (``engine_stacks.py``; the training thread, the colocated engine's and the overlap's generation thread) and
+prints each thread's most frequent ones after the table: where the training thread's host time goes beside the
+decode (issue 52: 11 s of training beside it against 6-7 s alone, benchmarks/README.md, sixteenth lease). The
+sampler slows the steps it watches: a sampled variant's figures are not comparable with an unsampled one's.
 """
 
 from __future__ import annotations
@@ -49,8 +55,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # gpu_bench_inputs beside this file
 
+import engine_stacks
 from gpu_bench_inputs import build_inputs
 from gpu_peaks import utilisation_percent
+
+log = logging.getLogger("gpu_grpo")
 
 # The preset's train section with the benchmark's own changes: every completion is full length and stays in the
 # loss, no checkpoints, no tracker.
@@ -345,7 +354,24 @@ def step_profiler(step: int, path: Path) -> Any:
     return StepProfiler()
 
 
-def run_variant(work: Path, name: str, steps: int) -> None:
+def stack_sampler(step: int, path: Path) -> Any:
+    """A trainer callback that samples every thread's Python stack in this process (engine_stacks.py: the
+    training thread, the colocated engine's, the overlap's generation thread) from optimizer step ``step`` to the
+    end of training and writes the counts to ``path``: where a step's host time goes once the engine is warm."""
+    from transformers import TrainerCallback
+
+    class StackSampler(TrainerCallback):
+        def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            if state.global_step + 1 == step:
+                log.info("stack sampler from step %d: %s", step, engine_stacks.start_sampling(None))
+
+        def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            path.write_text(json.dumps({"from_step": step, **engine_stacks.stop_sampling(None)}))
+
+    return StackSampler()
+
+
+def run_variant(work: Path, name: str, steps: int, stack_step: int | None = None) -> None:
     """One variant in this process: train, then write its summary beside its metrics."""
     from arc_pipeline.generation.compile_cache import use_compile_cache
     from arc_pipeline.training.config import TrainConfig
@@ -356,6 +382,10 @@ def run_variant(work: Path, name: str, steps: int) -> None:
     out = work / name
     config = TrainConfig(**{**BASE_SETTINGS, "max_steps": steps, **VARIANTS[name]})
     callbacks = [step_profiler(PROFILED_STEP[name], out / "profile.txt")] if name in PROFILED_STEP else []
+    if stack_step is not None and not config.launched:
+        callbacks.append(stack_sampler(stack_step, out / "stacks.json"))
+    elif stack_step is not None:
+        log.warning("%s trains in processes of its own (the launcher's): its stacks are not sampled", name)
     started = time.perf_counter()
     if config.launched:
         from arc_pipeline.training.launch import StageFiles, run_launched
@@ -630,13 +660,21 @@ def main() -> None:
         "gpu_inference.py measured on its head of that spread); default: the random head's "
         "nearly flat distribution. A work folder holds runs of one head",
     )
+    parser.add_argument(
+        "--stack-samples",
+        type=int,
+        metavar="STEP",
+        help="sample the Python stacks of a one-process variant's threads from optimizer step STEP to its end "
+        "(engine_stacks.py) and print each thread's most frequent ones; the sampler slows the steps it watches, so "
+        "a sampled run's figures are not the table's",
+    )
     parser.add_argument("--run-variant", help=argparse.SUPPRESS)  # internal: one variant in a child process
     parser.add_argument("--report-only", action="store_true", help="print the table of the runs already made")
     args = parser.parse_args()
     if args.run_variant:
         # the stage's own log lines (fused projections, overlap counts, warnings) into the variant's log
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-        run_variant(args.work, args.run_variant, args.steps)
+        run_variant(args.work, args.run_variant, args.steps, args.stack_samples)
         return
     names = [name.strip() for name in args.variants.split(",") if name.strip()]
     unknown = sorted(set(names) - set(VARIANTS))
@@ -655,6 +693,7 @@ def main() -> None:
             str(args.steps),
             "--run-variant",
             name,
+            *(["--stack-samples", str(args.stack_samples)] if args.stack_samples is not None else []),
         ]
         with (args.work / f"{name}.log").open("w") as log:
             environment = {**os.environ, **VARIANT_ENVIRONMENT.get(name, {})}
@@ -677,6 +716,11 @@ def main() -> None:
     if rows:
         print(f"prompt tokens (mean): {inputs['prompt_tokens']:.0f}")
         print_table(rows)
+    for name in names:
+        stacks = args.work / name / "stacks.json"
+        if stacks.is_file():
+            result = json.loads(stacks.read_text())
+            print(f"\nstacks of {name}, from step {result['from_step']}:\n{engine_stacks.stack_table(result)}")
 
 
 if __name__ == "__main__":

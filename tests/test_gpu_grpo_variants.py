@@ -70,3 +70,38 @@ def test_the_peaked_copy_rewrites_the_head_alone_and_a_work_folder_keeps_one_hea
     with pytest.raises(SystemExit, match="logit std None"):
         inputs.build_inputs(work, grid_side=10, rows=8, logit_std=8.0)
     assert inputs.build_inputs(work, grid_side=10, rows=8)["model"] == str(model_dir)
+
+
+def test_the_stack_sampler_watches_from_its_step_to_the_end_of_training(tmp_path):
+    """gpu_grpo.py --stack-samples STEP: nothing is sampled before optimizer step STEP begins; from then the other
+    threads of the process (the colocated engine's, the overlap's) are sampled until training ends, and the counts
+    land in the variant's folder for the report."""
+    import json
+    import threading
+    import time
+    from types import SimpleNamespace
+
+    stacks = load_benchmark("engine_stacks")
+    callback = GPU_GRPO.stack_sampler(3, tmp_path / "stacks.json")
+    stop = threading.Event()
+
+    def decoding_beside_training() -> None:
+        while not stop.is_set():
+            sum(range(200))
+
+    worker = threading.Thread(target=decoding_beside_training, name="decode")
+    worker.start()
+    try:
+        for step in (0, 1):  # steps 1 and 2 begin: not yet
+            callback.on_step_begin(None, SimpleNamespace(global_step=step), None)
+            assert stacks.stop_sampling(None) == {}
+        callback.on_step_begin(None, SimpleNamespace(global_step=2), None)  # step 3 begins
+        time.sleep(0.3)
+        callback.on_train_end(None, SimpleNamespace(global_step=4), None)
+    finally:
+        stop.set()
+        worker.join()
+    result = json.loads((tmp_path / "stacks.json").read_text())
+    assert result["from_step"] == 3 and result["samples"] >= 10
+    assert any(name == "decode" and "decoding_beside_training" in stack[0] for name, stack, _ in result["stacks"])
+    assert not any(thread.name == "stack-sampler" for thread in threading.enumerate())
