@@ -695,10 +695,10 @@ def main() -> None:
             name,
             *(["--stack-samples", str(args.stack_samples)] if args.stack_samples is not None else []),
         ]
-        with (args.work / f"{name}.log").open("w") as log:
+        with (args.work / f"{name}.log").open("w") as variant_log:
             environment = {**os.environ, **VARIANT_ENVIRONMENT.get(name, {})}
             child = subprocess.Popen(
-                command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=environment
+                command, stdout=variant_log, stderr=subprocess.STDOUT, start_new_session=True, env=environment
             )
             trace = GpuMemoryTrace(
                 args.work / name / "metrics.parquet", args.work / name / "gpu-memory.jsonl", root_pid=child.pid
