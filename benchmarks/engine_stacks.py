@@ -1,6 +1,7 @@
-"""Where a vLLM engine's process spends its host time: a thread started inside the engine's worker (through
-``Engine.apply_model``) samples the Python stack of every other thread of that process at a fixed interval, until
-asked for the counts (``gpu_inference.py --stack-samples``).
+"""Where a process spends its host time: a thread started inside it samples the Python stack of every other thread
+of that process at a fixed interval, until asked for the counts. ``gpu_inference.py --stack-samples`` starts it
+inside vLLM's engine worker (through ``Engine.apply_model``); ``gpu_grpo.py --stack-samples`` inside a training
+process (a trainer callback).
 
 Why: with top-p on, vLLM 0.31 generated for seconds longer than with it off while its top-p kernel was fast
 (benchmarks/README.md, sixteenth lease). A profiler records PyTorch calls; this records what each Python thread
@@ -44,7 +45,8 @@ def _frames(frame: Any, depth: int) -> tuple[str, ...]:
 
 
 def start_sampling(model: Any, interval_s: float = 0.005, depth: int = 8) -> str:
-    """In the worker (``model`` unused): start sampling every other thread's stack each ``interval_s``."""
+    """In the sampled process (``model``, which ``apply_model`` passes, unused): start sampling every other
+    thread's stack each ``interval_s``."""
     stop_sampling(None)  # a sampler left running by an earlier call
     counts: Counter[tuple[str, tuple[str, ...]]] = Counter()
     stop = threading.Event()
@@ -66,7 +68,7 @@ def start_sampling(model: Any, interval_s: float = 0.005, depth: int = 8) -> str
 
 
 def stop_sampling(model: Any, top: int = 400) -> dict[str, Any]:
-    """In the worker: stop the sampler and return its counts: ``samples`` taken and the ``top`` most frequent
+    """In the sampled process: stop the sampler and return its counts: ``samples`` taken and the ``top`` most frequent
     (thread, stack, count) triples, stacks innermost frame first ({} if none ran)."""
     sampler = _state()
     if not sampler:
