@@ -48,3 +48,32 @@ def test_copies_sent_by_value_share_the_sampler_of_their_process() -> None:
     start(None, interval_s=0.002)
     busy_loop_for_the_sampler(0.1)
     assert stop(None)["samples"] >= 5
+
+
+def test_each_threads_cpu_time_tells_working_from_waiting() -> None:
+    """The ``cpu`` rows: a thread that computes uses about its wall time in CPU, one that waits (as a thread blocked on
+    the GPU or a lock does) almost none; both still running when the sampler stops."""
+    stacks = load_benchmark("engine_stacks")
+    stop = threading.Event()
+
+    def compute() -> None:
+        while not stop.is_set():
+            sum(range(200))
+
+    workers = [threading.Thread(target=compute, name="computes"), threading.Thread(target=stop.wait, name="waits")]
+    for worker in workers:
+        worker.start()
+    try:
+        stacks.start_sampling(None, interval_s=0.002)
+        time.sleep(0.6)
+        result = stacks.stop_sampling(None)
+    finally:
+        stop.set()
+        for worker in workers:
+            worker.join()
+    cpu = {row["thread"]: row for row in result["cpu"]}
+    assert cpu["computes"]["wall_s"] >= 0.5 and cpu["computes"]["cpu_s"] >= 0.2
+    assert cpu["waits"]["cpu_s"] <= 0.05
+    table = stacks.stack_table(result)
+    assert "| thread | CPU (s) | wall (s) | CPU / wall |" in table
+    assert any(line.startswith("| waits | 0.0") for line in table.splitlines())
