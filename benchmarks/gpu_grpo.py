@@ -172,6 +172,32 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "fused_lora": True,
         **LOSS_FORWARD_CORRECTION,
     },
+    # beside the decode the GPU is the bound, not the host: the training thread's host waits (engine_stacks.py's CPU
+    # column, eighteenth lease), so levers that cut the decode's GPU time come back: an fp8 KV cache
+    # (train.vllm_kv_cache_dtype), with fp8 weights and the Triton LoRA branches (less device time a layer)
+    "chunked-2k-overlap-fp8-kv": {
+        "backward_chunk_tokens": 2100,
+        "overlap_generation": True,
+        "vllm_kv_cache_dtype": "fp8",
+        **LOSS_FORWARD_CORRECTION,
+    },
+    "chunked-2k-overlap-fp8-rollouts-triton-lora": {
+        "backward_chunk_tokens": 2100,
+        "overlap_generation": True,
+        "vllm_quantization": "fp8",
+        "fused_lora": True,
+        "fused_lora_kernels": "triton",
+        **LOSS_FORWARD_CORRECTION,
+    },
+    "chunked-2k-overlap-fp8-all": {
+        "backward_chunk_tokens": 2100,
+        "overlap_generation": True,
+        "vllm_quantization": "fp8",
+        "vllm_kv_cache_dtype": "fp8",
+        "fused_lora": True,
+        "fused_lora_kernels": "triton",
+        **LOSS_FORWARD_CORRECTION,
+    },
     # the same, training's stream scheduled first (train.overlap_training_first): the decode fills what it leaves
     "chunked-2k-overlap-training-first": {
         "backward_chunk_tokens": 2100,

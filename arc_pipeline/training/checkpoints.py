@@ -47,6 +47,7 @@ _NOT_IN_FINGERPRINT = {
     "vllm_server_tensor_parallel_size",
     "vllm_server_gpu_memory_utilization",
     "vllm_server_kv_cache_dtype",
+    "vllm_kv_cache_dtype",  # the colocated engine's cache, as the server's above
     "vllm_server_timeout_s",
     "stop_grace_s",
     # one update of staleness, reweighted: a run may switch it and resume (left out, older checkpoints match)

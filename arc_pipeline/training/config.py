@@ -51,6 +51,12 @@ class TrainConfig(LoraSettings):
         description="colocate: the rollout engine's weights in fp8, quantized again at each weight sync, training in "
         "bf16; it changes what is sampled (arc_pipeline/training/processes/quantized_rollouts.py)",
     )
+    vllm_kv_cache_dtype: KvCacheDtype = Field(
+        "auto",
+        description="colocate: the rollout engine's KV cache; fp8 halves the bytes each decode step reads per cached "
+        "token, the share of the GPU the decode takes beside training (overlap_generation). It changes what is "
+        "sampled: needs vllm_importance_sampling_correction",
+    )
     vllm_cascade_attention: bool = Field(
         False,
         description="colocate: vLLM's cascade attention (rollout_engine.py); measured 2.4x slower generation: off",

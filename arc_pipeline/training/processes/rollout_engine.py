@@ -4,6 +4,8 @@ TRL constructs the engine itself (``trl.generation.vllm_generation.LLM``) from a
 :func:`engine_built_with` hands vLLM the extra ones while the trainer is constructed:
 
 - ``train.vllm_quantization``: the weights in fp8 (``quantized_rollouts.py`` keeps them in sync);
+- ``train.vllm_kv_cache_dtype``: keys and values in fp8, half the bytes a decode step reads for the 32
+  sequences' 2,000-token shared prompt and their completions;
 - ``train.vllm_cascade_attention``: vLLM 0.31's cascade attention. Every completion of a GRPO step answers the
   same prompt (one task per step, ``num_generations`` samples), so every running sequence shares a prefix of the
   prompt's length (about 2,000 tokens in the preset). Cascade attention reads that prefix's keys and values once
@@ -37,6 +39,8 @@ def engine_overrides(config: Any) -> dict[str, Any]:
     overrides: dict[str, Any] = {}
     if config.vllm_quantization != "none":
         overrides["quantization"] = config.vllm_quantization
+    if config.vllm_kv_cache_dtype != "auto":
+        overrides["kv_cache_dtype"] = config.vllm_kv_cache_dtype
     if config.vllm_cascade_attention:
         overrides["disable_cascade_attn"] = False  # vLLM's flag is the negation
     return overrides

@@ -61,6 +61,16 @@ def check_process_settings(config: Any) -> None:
                 ),
             },
         )
+    if config.vllm_kv_cache_dtype != "auto":
+        _require(
+            f"vllm_kv_cache_dtype {config.vllm_kv_cache_dtype!r}",
+            {
+                **_trls_colocated_engine(config),
+                "vllm_importance_sampling_correction: true (it reweights for the fp8 cache's sampler)": (
+                    config.vllm_importance_sampling_correction
+                ),
+            },
+        )
     if config.vllm_cascade_attention:
         _require("vllm_cascade_attention", _trls_colocated_engine(config))
     if config.vllm_server_gpus % config.vllm_server_tensor_parallel_size:

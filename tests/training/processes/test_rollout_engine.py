@@ -21,6 +21,7 @@ GPU_COLOCATE = dict(use_vllm=True, vllm_importance_sampling_correction=True)
         ({}, {}),
         ({"vllm_cascade_attention": True}, {"disable_cascade_attn": False}),
         ({"vllm_quantization": "fp8"}, {"quantization": "fp8"}),
+        ({"vllm_kv_cache_dtype": "fp8"}, {"kv_cache_dtype": "fp8"}),
         (
             {"vllm_cascade_attention": True, "vllm_quantization": "fp8"},
             {"disable_cascade_attn": False, "quantization": "fp8"},
@@ -76,3 +77,15 @@ def test_cascade_attention_with_vllms_v2_runner_forced_is_an_error_at_the_engine
     monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "1")
     with engine_built_with({"disable_cascade_attn": False}), pytest.raises(PipelineError, match="V1 model runner"):
         vllm_generation.LLM(model="m")
+
+
+@pytest.mark.parametrize(
+    ("values", "need"),
+    [
+        ({"vllm_mode": "server"}, "vllm_mode 'colocate'"),
+        ({"vllm_importance_sampling_correction": False}, "vllm_importance_sampling_correction: true"),
+    ],
+)
+def test_an_fp8_cache_for_the_colocated_engine_needs_that_engine_and_the_correction(values, need):
+    with pytest.raises(ValueError, match=f"vllm_kv_cache_dtype 'fp8' needs .*{need}"):
+        TrainConfig(vllm_kv_cache_dtype="fp8", **{**GPU_COLOCATE, **values})
