@@ -189,6 +189,23 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "fused_lora_kernels": "triton",
         **LOSS_FORWARD_CORRECTION,
     },
+    # the pair's parts and one more device-time lever: fp8 weights alone beside the decode, and the pair with Liger's
+    # fused norm, SwiGLU and RoPE kernels (train.liger_kernels: fewer passes over the activations)
+    "chunked-2k-overlap-fp8-rollouts": {
+        "backward_chunk_tokens": 2100,
+        "overlap_generation": True,
+        "vllm_quantization": "fp8",
+        **LOSS_FORWARD_CORRECTION,
+    },
+    "chunked-2k-overlap-fp8-rollouts-triton-lora-liger": {
+        "backward_chunk_tokens": 2100,
+        "overlap_generation": True,
+        "vllm_quantization": "fp8",
+        "fused_lora": True,
+        "fused_lora_kernels": "triton",
+        "liger_kernels": True,
+        **LOSS_FORWARD_CORRECTION,
+    },
     "chunked-2k-overlap-fp8-all": {
         "backward_chunk_tokens": 2100,
         "overlap_generation": True,
