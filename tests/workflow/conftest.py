@@ -146,7 +146,8 @@ def slurm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
 
 @pytest.fixture(scope="session")
 def slurm_run_started(slurm: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator:
-    """The embedded default's config (the `finished` run's) through Slurm, started and left running."""
+    """The embedded default's config (the `finished` run's) through Slurm up to its target (slurm_cluster.py,
+    SLURM_TARGET), started and left running."""
     from tests.workflow.slurm_cluster import BackgroundRun, slurm_config
 
     config = slurm_config(yaml.safe_load((REPO / "config" / "config.yaml").read_text()), slurm)
