@@ -146,12 +146,12 @@ VARIANTS: dict[str, dict[str, Any]] = {
     },
     # the colocated engine decodes the next step's completions on its own stream while this step trains
     # (train.overlap_generation in colocate mode): decoding reads memory, training computes, on one GPU
-    "chunked-2k-overlap": {"backward_chunk_tokens": 2100, "overlap_generation": True, **LOSS_FORWARD_CORRECTION},
+    "chunked-2k-overlap": {"backward_chunk_tokens": 2100, **FUSED_OVERLAP},
     # the same with 4 and 6 completions a backward chunk instead of 2: the LoRA layers' training pass is host-bound
     # (lora_projection.py --host-device, twelfth lease), so fewer, larger chunks issue fewer host calls per token.
     # Measured (benchmarks/README.md, fourteenth lease): 14.7 and 15.0 s against 14.9 s, for 14 and 27 GiB more
-    "chunked-4k-overlap": {"backward_chunk_tokens": 4200, "overlap_generation": True, **LOSS_FORWARD_CORRECTION},
-    "chunked-6k-overlap": {"backward_chunk_tokens": 6300, "overlap_generation": True, **LOSS_FORWARD_CORRECTION},
+    "chunked-4k-overlap": {"backward_chunk_tokens": 4200, **FUSED_OVERLAP},
+    "chunked-6k-overlap": {"backward_chunk_tokens": 6300, **FUSED_OVERLAP},
     # cascade attention in the colocated engine (train.vllm_cascade_attention): the step's 32 completions share their
     # prompt, whose keys and values each decoding step then reads once instead of 32 times; on-policy and overlapped.
     # Only vLLM's V1 model runner builds it (the setting selects that runner; engine_args.py): runs before the
@@ -161,117 +161,103 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "chunked-2k-v1-runner": {"backward_chunk_tokens": 2100},
     "chunked-2k-overlap-cascade": {
         "backward_chunk_tokens": 2100,
-        "overlap_generation": True,
+        **FUSED_OVERLAP,
         "vllm_cascade_attention": True,
-        **LOSS_FORWARD_CORRECTION,
     },
     "chunked-2k-overlap-fp8-rollouts-fused-lora": {
         "backward_chunk_tokens": 2100,
-        "overlap_generation": True,
+        **FUSED_OVERLAP,
         "vllm_quantization": "fp8",
         "fused_lora": True,
-        **LOSS_FORWARD_CORRECTION,
     },
     # beside the decode the GPU is the bound, not the host: the training thread's host waits (engine_stacks.py's CPU
     # column, eighteenth lease), so levers that cut the decode's GPU time come back: an fp8 KV cache
     # (train.vllm_kv_cache_dtype), with fp8 weights and the Triton LoRA branches (less device time a layer)
     "chunked-2k-overlap-fp8-kv": {
         "backward_chunk_tokens": 2100,
-        "overlap_generation": True,
+        **FUSED_OVERLAP,
         "vllm_kv_cache_dtype": "fp8",
-        **LOSS_FORWARD_CORRECTION,
     },
     "chunked-2k-overlap-fp8-rollouts-triton-lora": {
         "backward_chunk_tokens": 2100,
-        "overlap_generation": True,
+        **FUSED_OVERLAP,
         "vllm_quantization": "fp8",
         "fused_lora": True,
         "fused_lora_kernels": "triton",
-        **LOSS_FORWARD_CORRECTION,
     },
     # the pair's parts and one more device-time lever: fp8 weights alone beside the decode, and the pair with Liger's
     # fused norm, SwiGLU and RoPE kernels (train.liger_kernels: fewer passes over the activations)
     "chunked-2k-overlap-fp8-rollouts": {
         "backward_chunk_tokens": 2100,
-        "overlap_generation": True,
+        **FUSED_OVERLAP,
         "vllm_quantization": "fp8",
-        **LOSS_FORWARD_CORRECTION,
     },
     "chunked-2k-overlap-fp8-rollouts-triton-lora-liger": {
         "backward_chunk_tokens": 2100,
-        "overlap_generation": True,
+        **FUSED_OVERLAP,
         "vllm_quantization": "fp8",
         "fused_lora": True,
         "fused_lora_kernels": "triton",
         "liger_kernels": True,
-        **LOSS_FORWARD_CORRECTION,
     },
     "chunked-2k-overlap-fp8-all": {
         "backward_chunk_tokens": 2100,
-        "overlap_generation": True,
+        **FUSED_OVERLAP,
         "vllm_quantization": "fp8",
         "vllm_kv_cache_dtype": "fp8",
         "fused_lora": True,
         "fused_lora_kernels": "triton",
-        **LOSS_FORWARD_CORRECTION,
     },
     # the same, training's stream scheduled first (train.overlap_training_first): the decode fills what it leaves
     "chunked-2k-overlap-training-first": {
         "backward_chunk_tokens": 2100,
-        "overlap_generation": True,
+        **FUSED_OVERLAP,
         "overlap_training_first": True,
-        **LOSS_FORWARD_CORRECTION,
     },
     # the same with a short interpreter switch interval (train.overlap_switch_interval_ms; Python's is 5 ms): each
     # PyTorch call gives up the lock, and the thread that gave it up can wait that long to launch its next kernel.
     # 0.5 ms: 15.9 s against 16.2 s, within the spread (benchmarks/README.md, ninth lease)
     "chunked-2k-overlap-switch-0.5ms": {
         "backward_chunk_tokens": 2100,
-        "overlap_generation": True,
+        **FUSED_OVERLAP,
         "overlap_switch_interval_ms": 0.5,
-        **LOSS_FORWARD_CORRECTION,
     },
     "chunked-2k-overlap-switch-0.1ms": {
         "backward_chunk_tokens": 2100,
-        "overlap_generation": True,
+        **FUSED_OVERLAP,
         "overlap_switch_interval_ms": 0.1,
-        **LOSS_FORWARD_CORRECTION,
     },
     # the same with the decoder layers compiled (train.compile_layers): fewer Python-level calls for the training
     # thread, which shares the interpreter lock with the decoding thread. Measured with every layer compiled
     # (sixteenth lease): 14.1 s against the uncompiled twin's 13.5 s, so it stays off in the presets
     "chunked-2k-overlap-compile-layers": {
         "backward_chunk_tokens": 2100,
-        "overlap_generation": True,
+        **FUSED_OVERLAP,
         "compile_layers": True,
-        **LOSS_FORWARD_CORRECTION,
     },
     # without the shared prompt pass: what sharing it saves (benchmarks/README.md, thirteenth lease: 24.7 s beside the
     # decode against 13.9 s)
     "chunked-2k-unshared": {"backward_chunk_tokens": 2100, "share_prompt_forward": False},
     "chunked-2k-overlap-unshared": {
         "backward_chunk_tokens": 2100,
-        "overlap_generation": True,
+        **FUSED_OVERLAP,
         "share_prompt_forward": False,
-        **LOSS_FORWARD_CORRECTION,
     },
     # the rank-1 LoRA branches as Triton kernels (train.fused_lora_kernels triton): on-policy and beside the decode
     "chunked-2k-triton-lora": {"backward_chunk_tokens": 2100, "fused_lora": True, "fused_lora_kernels": "triton"},
     "chunked-2k-overlap-triton-lora": {
         "backward_chunk_tokens": 2100,
-        "overlap_generation": True,
+        **FUSED_OVERLAP,
         "fused_lora": True,
         "fused_lora_kernels": "triton",
-        **LOSS_FORWARD_CORRECTION,
     },
     # both scheduling levers beside the decode: training's stream first, and its LoRA branches as Triton kernels
     "chunked-2k-overlap-training-first-triton-lora": {
         "backward_chunk_tokens": 2100,
-        "overlap_generation": True,
+        **FUSED_OVERLAP,
         "overlap_training_first": True,
         "fused_lora": True,
         "fused_lora_kernels": "triton",
-        **LOSS_FORWARD_CORRECTION,
     },
     # diagnostic: the preset's step (chunked-2k), its third step under torch.profiler
     "chunked-2k-profile": {"backward_chunk_tokens": 2100},
@@ -280,8 +266,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
     # wait between launches (the interpreter lock shared with the decoding thread)
     "chunked-2k-overlap-profile": {
         "backward_chunk_tokens": 2100,
-        "overlap_generation": True,
-        **LOSS_FORWARD_CORRECTION,
+        **FUSED_OVERLAP,
     },
     # diagnostic: the same with train.fused_lora, to see what the fused branches left of the profile's thin products
     "chunked-2k-fused-lora-profile": {"backward_chunk_tokens": 2100, "fused_lora": True},
