@@ -1,0 +1,92 @@
+"""Every ``--config '...'`` switch that a preset's comments or a doc's command gives is accepted over its preset.
+
+A preset that gains a setting can break the switches written around it (the published run's on-policy switch
+turned off the correction that the fp8 rollouts of config/barc-multiturn.yaml need); a reader learns it from a
+ConfigError. Each switch here is layered as Snakemake layers it (``prepare_config``, the code rules/common.smk
+runs) over the preset the comment belongs to, or the ``--configfile`` its command names.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from arc_pipeline.config.prepare import prepare_config
+
+REPO = Path(__file__).resolve().parents[1]
+SWITCH = re.compile(r"--config '([^']*)'")
+CONFIGFILE = re.compile(r"--configfile ((?:config/[\w.-]+\.yaml ?)+)")
+
+
+def overrides(switch: str) -> dict:
+    """``key=value`` items of a ``--config`` argument, each value YAML (as Snakemake reads them)."""
+    items, depth, current = [], 0, ""
+    for char in switch.strip():
+        depth += (char in "{[") - (char in "}]")
+        if char == " " and depth == 0:
+            items.append(current)
+            current = ""
+        else:
+            current += char
+    items.append(current)
+    return {key: yaml.safe_load(value) for key, value in (item.split("=", 1) for item in items if item)}
+
+
+def switches_in(text: str, where: str, preset: str | None) -> list[tuple[str, str, str]]:
+    """(where, preset, switch) for each ``--config '...'`` of ``text``, layered over the ``--configfile`` that
+    its command names (the text from the last ``snakemake`` before it), else over ``preset`` (None: skipped)."""
+    found = []
+    for match in SWITCH.finditer(text):
+        named = CONFIGFILE.findall(text[: match.start()].rsplit("snakemake ", 1)[-1])
+        over = named[-1].split()[0] if named else preset
+        if over is not None:
+            found.append((where, over, " ".join(match.group(1).split())))
+    return found
+
+
+def preset_comment_switches() -> list[tuple[str, str, str]]:
+    """The switches in each preset's comments (its comment lines joined), over that preset unless named."""
+    found = []
+    for path in sorted((REPO / "config").glob("*.yaml")):
+        lines = path.read_text().splitlines()
+        comments = " ".join(line.split("#", 1)[1].strip() for line in lines if "#" in line)
+        found += switches_in(comments, path.name, f"config/{path.name}")
+    return found
+
+
+def doc_command_switches() -> list[tuple[str, str, str]]:
+    """The switches of the docs' commands that name a preset (a quoted switch may span lines)."""
+    found = []
+    for path in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]:
+        found += switches_in(path.read_text().replace("\\\n", " "), path.name, None)
+    return found
+
+
+SWITCHES = preset_comment_switches() + doc_command_switches()
+
+
+def test_the_switches_are_found() -> None:
+    """The published run's sampling switch (config/barc-multiturn.yaml) and the 2-GPU canary's (docs/canary.md)
+    are among them: a parser that finds nothing would pass the test below."""
+    where = {(name, preset) for name, preset, _ in SWITCHES}
+    assert ("barc-multiturn.yaml", "config/barc-multiturn.yaml") in where
+    assert ("canary.md", "config/canary-gpu.yaml") in where
+
+
+@pytest.mark.parametrize(("where", "preset", "switch"), SWITCHES, ids=[f"{w}:{p}" for w, p, _ in SWITCHES])
+def test_documented_switch_is_accepted_over_its_preset(where: str, preset: str, switch: str) -> None:
+    config = yaml.safe_load((REPO / preset).read_text())
+    prepare_config(config, overrides(switch), REPO, [preset])  # a ConfigError names the field that refuses it
+
+
+def test_the_published_sampling_switch_turns_every_sampling_lever_off() -> None:
+    """config/barc-multiturn.yaml's switch back to the published run's sampling leaves nothing of the preset's
+    own: on-policy, uncorrected, bf16 rollout weights, PEFT's projections."""
+    [switch] = [s for name, _, s in SWITCHES if name == "barc-multiturn.yaml" and "overlap_generation" in s]
+    config = yaml.safe_load((REPO / "config" / "barc-multiturn.yaml").read_text())
+    train = prepare_config(config, overrides(switch), REPO).train
+    assert not train.overlap_generation and not train.vllm_importance_sampling_correction
+    assert train.vllm_quantization == "none" and not train.fused_lora
