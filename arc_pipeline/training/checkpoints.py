@@ -48,6 +48,8 @@ _NOT_IN_FINGERPRINT = {
     "vllm_server_gpu_memory_utilization",
     "vllm_server_kv_cache_dtype",
     "vllm_kv_cache_dtype",  # the colocated engine's cache, as the server's above
+    # the colocated engine's weights in fp8: another sampler, which the correction reweights, as the overlap below
+    "vllm_quantization",
     "vllm_server_timeout_s",
     "stop_grace_s",
     # one update of staleness, reweighted: a run may switch it and resume (left out, older checkpoints match)

@@ -92,5 +92,15 @@ def test_a_changed_value_of_a_recorded_field_is_another_run(run_files, tmp_path,
 def test_kernel_choices_keep_the_checkpoints(run_files):
     dataset, model = run_files
     plain = run_fingerprint(TrainConfig(), dataset, model)
-    for kernels in ({"liger_kernels": True}, {"compile_layers": True}, {"torch_compile": True}):
+    for kernels in ({"liger_kernels": True}, {"compile_layers": True}, {"torch_compile": True}, {"fused_lora": True}):
         assert run_fingerprint(TrainConfig(**kernels), dataset, model) == plain, kernels
+
+
+def test_a_preset_run_started_with_bf16_rollouts_resumes_with_fp8_ones(run_files):
+    """config/barc-multiturn.yaml's rollout engine holds the policy in fp8 since 2026-12-01: a run started before
+    resumes its checkpoints, as when it switches the overlap (the correction reweights both samplers)"""
+    dataset, model = run_files
+    corrected = {"use_vllm": True, "vllm_importance_sampling_correction": True}
+    bf16 = run_fingerprint(TrainConfig(**corrected), dataset, model)
+    assert run_fingerprint(TrainConfig(**corrected, vllm_quantization="fp8"), dataset, model) == bf16
+    assert run_fingerprint(TrainConfig(**corrected, learning_rate=1e-3), dataset, model) != bf16
