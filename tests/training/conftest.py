@@ -19,7 +19,9 @@ def tiny_model(tmp_path_factory) -> Path:
     tasks = folder / "tasks.parquet"
     write_table([recolor_task().to_row()], tasks, TASKS_SCHEMA)
     output = folder / "model"
-    config = {"source": "tiny", "tiny": {"vocab_size": 600, "seed": 0}}
+    # random weights: the warm-up (45 s of one core) teaches answers that no test here reads; the training tests
+    # give their own rewards, and the canary (tests/workflow/test_canary.py) learns from a warmed-up model
+    config = {"source": "tiny", "tiny": {"vocab_size": 600, "seed": 0, "warmup_steps": 0}}
     cli_main(["model", "--tasks", str(tasks), "--output", str(output), "--config-json", json.dumps(config)])
     return output
 
