@@ -2,8 +2,9 @@
 
 A preset that gains a setting can break the switches written around it (the published run's on-policy switch
 turned off the correction that the fp8 rollouts of config/barc-multiturn.yaml need); a reader learns it from a
-ConfigError. Each switch here is layered as Snakemake layers it (``prepare_config``, the code rules/common.smk
-runs) over the preset the comment belongs to, or the ``--configfile`` its command names.
+ConfigError. Each switch here is read by Snakemake's own ``--config`` parser and layered as the workflow layers it
+(``prepare_config``, the code rules/common.smk runs) over the preset the comment belongs to, or the
+``--configfile`` its command names.
 """
 
 from __future__ import annotations
@@ -13,26 +14,13 @@ from pathlib import Path
 
 import pytest
 import yaml
+from snakemake.cli import parse_config
 
 from arc_pipeline.config.prepare import prepare_config
 
 REPO = Path(__file__).resolve().parents[1]
 SWITCH = re.compile(r"--config '([^']*)'")
 CONFIGFILE = re.compile(r"--configfile ((?:config/[\w.-]+\.yaml ?)+)")
-
-
-def overrides(switch: str) -> dict:
-    """``key=value`` items of a ``--config`` argument, each value YAML (as Snakemake reads them)."""
-    items, depth, current = [], 0, ""
-    for char in switch.strip():
-        depth += (char in "{[") - (char in "}]")
-        if char == " " and depth == 0:
-            items.append(current)
-            current = ""
-        else:
-            current += char
-    items.append(current)
-    return {key: yaml.safe_load(value) for key, value in (item.split("=", 1) for item in items if item)}
 
 
 def switches_in(text: str, where: str, preset: str | None) -> list[tuple[str, str, str]]:
@@ -79,7 +67,7 @@ def test_the_switches_are_found() -> None:
 @pytest.mark.parametrize(("where", "preset", "switch"), SWITCHES, ids=[f"{w}:{p}" for w, p, _ in SWITCHES])
 def test_documented_switch_is_accepted_over_its_preset(where: str, preset: str, switch: str) -> None:
     config = yaml.safe_load((REPO / preset).read_text())
-    prepare_config(config, overrides(switch), REPO, [preset])  # a ConfigError names the field that refuses it
+    prepare_config(config, parse_config([switch]), REPO, [preset])  # a ConfigError names the field that refuses it
 
 
 def test_the_published_sampling_switch_turns_every_sampling_lever_off() -> None:
@@ -87,6 +75,6 @@ def test_the_published_sampling_switch_turns_every_sampling_lever_off() -> None:
     own: on-policy, uncorrected, bf16 rollout weights, PEFT's projections."""
     [switch] = [s for name, _, s in SWITCHES if name == "barc-multiturn.yaml" and "overlap_generation" in s]
     config = yaml.safe_load((REPO / "config" / "barc-multiturn.yaml").read_text())
-    train = prepare_config(config, overrides(switch), REPO).train
+    train = prepare_config(config, parse_config([switch]), REPO).train
     assert not train.overlap_generation and not train.vllm_importance_sampling_correction
     assert train.vllm_quantization == "none" and not train.fused_lora
