@@ -28,7 +28,9 @@ Variants with several GPUs (``dp-2``, ``dp-4``, ``server-1+1``, ``server-tp2+2``
 server request holds the two steps after the next) run through
 the stage's own launcher (arc_pipeline/training/launch.py) on the GPUs ``CUDA_VISIBLE_DEVICES`` names; for every
 variant the GPUs' memory is sampled with nvidia-smi into ``<work>/<variant>/gpu-memory.jsonl`` and the table
-shows each GPU's highest use while step 3 ran and while the last step ran. Separate invocations with disjoint
+shows each GPU's highest use while step 3 ran and while the last step ran, and, over the measured steps, its SM
+clock, power draw, temperature and clock-limit reasons, with the driver (``gpu-host.json``): two hosts' GPUs of one
+name gave one variant's step 11.6 and 14.2 s (benchmarks/README.md, twentieth lease). Separate invocations with disjoint
 ``CUDA_VISIBLE_DEVICES`` may run at once on one host, sharing ``--work`` once its inputs exist
 (``--report-only`` builds them). ``chunked-2k-overlap`` is the overlap on one GPU: the colocated engine decodes the
 next step on its own CUDA stream while this step trains.
@@ -142,6 +144,14 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "backward_chunk_tokens": 2100,
         "vllm_quantization": "fp8",
         "fused_lora": True,
+        **LOSS_FORWARD_CORRECTION,
+    },
+    # the presets' fp8 pair on-policy: where the decode and training barely overlap (twentieth lease), the step to beat
+    "chunked-2k-fp8-rollouts-triton-lora": {
+        "backward_chunk_tokens": 2100,
+        "vllm_quantization": "fp8",
+        "fused_lora": True,
+        "fused_lora_kernels": "triton",
         **LOSS_FORWARD_CORRECTION,
     },
     # the colocated engine decodes the next step's completions on its own stream while this step trains
@@ -448,6 +458,87 @@ def run_variant(work: Path, name: str, steps: int, stack_step: int | None = None
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
 
 
+# What one host's GPU may differ in from another's of the same name (the overlapped step took 11.6 s on one H200 and
+# 14.2 s on another, benchmarks/README.md, twentieth lease): read once per variant, and sampled beside the memory.
+GPU_FACTS = (
+    "name", "driver_version", "compute_mode", "persistence_mode", "power.limit", "clocks.max.sm", "clocks.max.mem"
+)  # fmt: skip
+GPU_STATE = (
+    "clocks.sm", "clocks.mem", "power.draw", "temperature.gpu", "utilization.gpu", "clocks_event_reasons.active"
+)  # fmt: skip
+
+
+def query_gpus(fields: tuple[str, ...]) -> dict[str, dict[str, str]]:
+    """nvidia-smi's ``fields`` per GPU index, as it prints them; a field this driver does not know (older ones call
+    ``clocks_event_reasons`` ``clocks_throttle_reasons``) is left out rather than losing the rest; empty without
+    nvidia-smi."""
+    names = list(fields)
+    while names:
+        query = ["nvidia-smi", f"--query-gpu=index,{','.join(names)}", "--format=csv,noheader,nounits"]
+        try:
+            done = subprocess.run(query, capture_output=True, text=True, check=False, timeout=30)
+        except (OSError, subprocess.TimeoutExpired):
+            return {}
+        if done.returncode == 0:
+            rows = [[cell.strip() for cell in line.split(",")] for line in done.stdout.splitlines() if line.strip()]
+            return {row[0]: dict(zip(names, row[1:], strict=False)) for row in rows}
+        unknown = [name for name in names if name in done.stdout + done.stderr]
+        if not unknown:
+            return {}
+        names = [name for name in names if name not in unknown]
+    return {}
+
+
+def _numbers(states: list[dict[str, str]], field: str) -> list[float]:
+    """``field``'s values in nvidia-smi's samples, those it could read ("[N/A]" and missing fields left out)."""
+    values = []
+    for state in states:
+        try:
+            values.append(float(state[field]))
+        except (KeyError, ValueError):
+            continue
+    return values
+
+
+def gpu_state_rows(path: Path, gpus: list[str], measured: list[int]) -> dict[str, str]:
+    """Per GPU of the variant, over the samples taken while a measured step ran: the SM clock's median against the
+    GPU's highest, the median power draw against its limit, the highest temperature, and the clock-limit reasons
+    nvidia-smi named (a bit mask, 0x0000000000000000 when nothing held the clock back) with each one's share of
+    the samples; with the driver and compute mode, from ``gpu-host.json`` beside ``path``."""
+    import statistics
+
+    if not path.is_file():
+        return {}
+    host = path.parent / "gpu-host.json"
+    facts = json.loads(host.read_text()) if host.is_file() else {}
+    samples = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    # "step" is the last step the metrics hold: the sample is from the step after it
+    during = [sample for sample in samples if sample.get("gpus") and sample["step"] + 1 in measured]
+    rows: dict[str, str] = {}
+    for gpu in gpus:
+        fact = facts.get(gpu, {})
+        states = [sample["gpus"][gpu] for sample in during if gpu in sample["gpus"]]
+        prefix = f"GPU {gpu}" if len(gpus) > 1 else "GPU"
+        if fact:
+            driver, mode = fact.get("driver_version", "?"), fact.get("compute_mode", "?")
+            rows[f"{prefix} driver, compute mode"] = f"{driver}, {mode}"
+        if clocks := _numbers(states, "clocks.sm"):
+            rows[f"{prefix} SM clock, median of {len(clocks)} samples (MHz)"] = (
+                f"{statistics.median(clocks):.0f} of {fact.get('clocks.max.sm', '?')}"
+            )
+        if power := _numbers(states, "power.draw"):
+            limit = fact.get("power.limit", "?")
+            rows[f"{prefix} power draw, median (W)"] = f"{statistics.median(power):.0f} of {limit}"
+        if temperature := _numbers(states, "temperature.gpu"):
+            rows[f"{prefix} temperature, highest (C)"] = f"{max(temperature):.0f}"
+        reasons = [state["clocks_event_reasons.active"] for state in states if "clocks_event_reasons.active" in state]
+        if reasons:
+            rows[f"{prefix} clock-limit reasons (share of samples)"] = ", ".join(
+                f"{reason} {reasons.count(reason) / len(reasons):.0%}" for reason in sorted(set(reasons))
+            )
+    return rows
+
+
 class GpuMemoryTrace:
     """Every ``interval_s``: the step the variant's metrics reached and each GPU's used memory (nvidia-smi), so
     that each GPU's memory can be read at the end of step 3 and at the end of the run (gpu-memory.jsonl)."""
@@ -477,6 +568,7 @@ class GpuMemoryTrace:
             return 0
 
     def _loop(self) -> None:
+        (self.path.parent / "gpu-host.json").write_text(json.dumps(query_gpus(GPU_FACTS), indent=2))
         with self.path.open("w") as out:
             while not self._stop.wait(self.interval_s):
                 query = ["nvidia-smi", "--query-gpu=index,memory.used", "--format=csv,noheader,nounits"]
@@ -484,7 +576,7 @@ class GpuMemoryTrace:
                 used = {
                     line.split(",")[0].strip(): float(line.split(",")[1]) / 1024 for line in done.stdout.splitlines()
                 }
-                sample = {"time": time.time(), "step": self._step(), "used_gib": used}
+                sample = {"time": time.time(), "step": self._step(), "used_gib": used, "gpus": query_gpus(GPU_STATE)}
                 server = self._server_counters()
                 if server:
                     sample["server"] = server
@@ -631,6 +723,8 @@ def summarize(work: Path, name: str, prompt_tokens: float) -> dict[str, Any] | N
     row["run incl. start (s)"] = summary["seconds"]
     row.update(gpu_memory_rows(out / "gpu-memory.jsonl", summary.get("gpus") or [], config["max_steps"]))
     row.update(server_rows(out / "gpu-memory.jsonl", config["max_steps"]))
+    measured_steps = [int(step) for step in measured["step"].to_list()]
+    row.update(gpu_state_rows(out / "gpu-memory.jsonl", summary.get("gpus") or ["0"], measured_steps))
     return row
 
 

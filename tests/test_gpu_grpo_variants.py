@@ -105,3 +105,51 @@ def test_the_stack_sampler_watches_from_its_step_to_the_end_of_training(tmp_path
     assert result["from_step"] == 3 and result["samples"] >= 10
     assert any(name == "decode" and "decoding_beside_training" in stack[0] for name, stack, _ in result["stacks"])
     assert not any(thread.name == "stack-sampler" for thread in threading.enumerate())
+
+
+def test_the_gpus_clocks_and_power_are_read_over_the_measured_steps_on_an_older_driver_too(tmp_path, monkeypatch):
+    """gpu_grpo.py reads each GPU's clock, power and clock-limit reasons beside its memory, so that two hosts' steps
+    of one variant can be told apart by their GPUs (11.6 s against 14.2 s on two H200s). A driver that does not know
+    a field keeps the others; only samples taken while a measured step ran count."""
+    import json
+    import os
+
+    fake = tmp_path / "bin" / "nvidia-smi"
+    fake.parent.mkdir()
+    # an older driver: no clocks_event_reasons (nvidia-smi names the field it refuses, on stdout, and exits 2)
+    fake.write_text(
+        "#!/bin/sh\n"
+        'case "$1" in *clocks_event_reasons*) echo \'Field "clocks_event_reasons.active" is not a valid field '
+        "to query.'; exit 2;; esac\n"
+        'case "$1" in *driver_version*) echo "0, NVIDIA H200, 570.86, Default, Enabled, 700.00, 1980, 3201";;\n'
+        '*) echo "0, 1755, 3201, 640.5, 61, 100";; esac\n'
+    )
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}{os.pathsep}{os.environ['PATH']}")
+    facts = GPU_GRPO.query_gpus(GPU_GRPO.GPU_FACTS)
+    assert facts["0"]["driver_version"] == "570.86" and facts["0"]["clocks.max.sm"] == "1980"
+    state = GPU_GRPO.query_gpus(GPU_GRPO.GPU_STATE)
+    assert state["0"]["clocks.sm"] == "1755" and "clocks_event_reasons.active" not in state["0"]
+
+    (tmp_path / "gpu-host.json").write_text(json.dumps(facts))
+    samples = [
+        # step 1 (the engine's warm-up) runs at a low clock; steps 2-3 are measured; step 4 is not
+        *({"step": 0, "gpus": {"0": {"clocks.sm": "900", "power.draw": "300"}}} for _ in range(3)),
+        {"step": 1, "gpus": {"0": {"clocks.sm": "1980", "power.draw": "690", "temperature.gpu": "70",
+                                   "clocks_event_reasons.active": "0x0000000000000000"}}},
+        {"step": 1, "gpus": {"0": {"clocks.sm": "1500", "power.draw": "700", "temperature.gpu": "74",
+                                   "clocks_event_reasons.active": "0x0000000000000004"}}},
+        {"step": 2, "gpus": {"0": {"clocks.sm": "1600", "power.draw": "[N/A]", "temperature.gpu": "72",
+                                   "clocks_event_reasons.active": "0x0000000000000004"}}},
+        {"step": 3, "gpus": {"0": {"clocks.sm": "600", "power.draw": "100", "temperature.gpu": "90"}}},
+        {"step": 2},  # a sample from before this change: memory only
+    ]  # fmt: skip
+    (tmp_path / "gpu-memory.jsonl").write_text("".join(json.dumps(sample) + "\n" for sample in samples))
+    rows = GPU_GRPO.gpu_state_rows(tmp_path / "gpu-memory.jsonl", ["0"], measured=[2, 3])
+    assert rows == {
+        "GPU driver, compute mode": "570.86, Default",
+        "GPU SM clock, median of 3 samples (MHz)": "1600 of 1980",
+        "GPU power draw, median (W)": "695 of 700.00",
+        "GPU temperature, highest (C)": "74",
+        "GPU clock-limit reasons (share of samples)": "0x0000000000000000 33%, 0x0000000000000004 67%",
+    }
