@@ -106,7 +106,10 @@ class EngineOptions(BaseModel):
         600, gt=0, description="fail the stage when the engine makes no progress (start, a step) for this long"
     )
     max_lora_rank: Literal[1, 8, 16, 32, 64, 128, 256, 320, 512] = Field(
-        16, description="largest LoRA rank the engine accepts when an adapter is used (a vLLM-allowed value)"
+        16,
+        description="largest LoRA rank the engine accepts when an adapter is used (a vLLM-allowed value); the "
+        "engine is built for the adapter's own rank rounded up to an allowed value where that is smaller (the same "
+        "completions: vLLM computes the padding to this rank too)",
     )
     double_bos: bool = Field(
         False,

@@ -58,8 +58,41 @@ def engine_arguments(config: Any) -> dict[str, Any]:
         # vLLM's flag is the negation; left out when off, so vLLM 0.32 (which removed it) does not warn
         kwargs["disable_cascade_attn"] = False
     if config.lora_path is not None:
-        kwargs.update(enable_lora=True, max_lora_rank=config.max_lora_rank, max_loras=1)
+        kwargs.update(
+            enable_lora=True, max_lora_rank=lora_rank_for(config.lora_path, config.max_lora_rank), max_loras=1
+        )
     return kwargs
+
+
+#: The ranks vLLM builds its LoRA buffers for (``max_lora_rank``); engine.EngineOptions.max_lora_rank takes one.
+VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+
+
+def lora_rank_for(lora_path: str, ceiling: int) -> int:
+    """The engine's ``max_lora_rank`` for the adapter at ``lora_path``: its own rank rounded up to a rank vLLM
+    builds for, at most ``ceiling`` (``max_lora_rank``). vLLM pads every adapter to ``max_lora_rank`` and
+    computes the padding too: a rank-1 adapter (the presets') in an engine built for 16 generated 4.5x slower on
+    CPU with the same completions (benchmarks/README.md, "LoRA rank"). Without a readable
+    ``adapter_config.json`` the ceiling stands, and vLLM reads the adapter itself."""
+    import json
+    from pathlib import Path
+
+    path = Path(lora_path) / "adapter_config.json"
+    try:
+        adapter = json.loads(path.read_text())
+        rank = max([int(adapter["r"]), *(int(r) for r in (adapter.get("rank_pattern") or {}).values())])
+    except (OSError, ValueError, KeyError, TypeError):
+        return ceiling
+    if rank > ceiling:
+        raise PipelineError(
+            f"{path}: the adapter's LoRA rank {rank} is above the engine's max_lora_rank {ceiling}; "
+            f"set the inference or evaluate.engine section's max_lora_rank to one of {list(VLLM_LORA_RANKS)} "
+            f"of at least {rank}"
+        )
+    fitting = next(allowed for allowed in VLLM_LORA_RANKS if allowed >= rank)
+    if fitting < ceiling:
+        log.info("LoRA adapter of rank %d: the engine's max_lora_rank is %d (ceiling %d)", rank, fitting, ceiling)
+    return fitting
 
 
 def platform_workarounds(config: Any) -> dict[str, Any]:
