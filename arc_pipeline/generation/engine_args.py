@@ -19,8 +19,10 @@ Levers beyond the published settings (issue 32; ``docs/defaults.md``, "Inference
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+from pathlib import Path
 from typing import Any
 
 from arc_pipeline.errors import PipelineError
@@ -74,9 +76,6 @@ def lora_rank_for(lora_path: str, ceiling: int) -> int:
     computes the padding too: a rank-1 adapter (the presets') in an engine built for 16 generated 4.5x slower on
     CPU with the same completions (benchmarks/README.md, "LoRA rank"). Without a readable
     ``adapter_config.json`` the ceiling stands, and vLLM reads the adapter itself."""
-    import json
-    from pathlib import Path
-
     path = Path(lora_path) / "adapter_config.json"
     try:
         adapter = json.loads(path.read_text())
