@@ -14,9 +14,10 @@ process (its own CUDA context and colocated vLLM engine), on the same model and 
   0.02) less its ``backward_chunk_tokens: 2100`` (the variant ``chunked-2k``), then each lever on top.
 
 Per variant it prints the mean over the steps after the first (which holds the engine's warm-up), and with
-``overlap_generation`` before the last (which trains with nothing decoded beside it; ``steady_steps``), of each
-phase (arc_pipeline/training/phases.py), tokens per step, model TFLOP/s and their share of the GPUs' dense bf16
-peak (benchmarks/gpu_peaks.py: model FLOP utilisation of the training passes and of the whole step), and peak memory:
+``overlap_generation`` over whole request windows only (the last ones train with less or nothing decoded beside
+them; ``steady_steps``), of each phase (arc_pipeline/training/phases.py), tokens per step, model TFLOP/s and their
+share of the GPUs' dense bf16 peak (benchmarks/gpu_peaks.py: model FLOP utilisation of the training passes and of
+the whole step), and peak memory:
 
     python benchmarks/gpu_grpo.py --work /tmp/grpo-bench --variants baseline,sleep-0.5 --steps 4
 
@@ -192,6 +193,50 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "backward_chunk_tokens": 2100,
         **FUSED_OVERLAP,
         "vllm_quantization": "fp8",
+        "fused_lora": True,
+        "fused_lora_kernels": "triton",
+    },
+    # the presets' step with two steps' completions per request (train.overlap_request_steps: 2): the engine decodes
+    # 64 sequences beside two training steps, so each decoding step's weight reads serve twice the completions;
+    # completions two and three updates old. With an fp8 KV cache too: at 64 sequences the cache's reads outweigh the
+    # fp8 weights' (about 21 against 8 GB a decode step). Measured on one H200 (benchmarks/README.md, twenty-first
+    # lease): 13.7 and 12.4 s against the presets' 14.0 s; the 64 sequences decode within the first of the two steps
+    # (about 16-19 s beside it), and the second trains alone (about 8 s)
+    "chunked-2k-overlap2-fp8-rollouts-triton-lora": {
+        "backward_chunk_tokens": 2100,
+        **FUSED_OVERLAP,
+        "overlap_request_steps": 2,
+        "vllm_quantization": "fp8",
+        "fused_lora": True,
+        "fused_lora_kernels": "triton",
+    },
+    "chunked-2k-overlap2-fp8-all": {
+        "backward_chunk_tokens": 2100,
+        **FUSED_OVERLAP,
+        "overlap_request_steps": 2,
+        "vllm_quantization": "fp8",
+        "vllm_kv_cache_dtype": "fp8",
+        "fused_lora": True,
+        "fused_lora_kernels": "triton",
+    },
+    # the same with training's stream first (train.overlap_training_first): a two-step request has two steps to decode
+    # in, so the decode can take what training leaves idle in both instead of sharing the first step's GPU half and half
+    "chunked-2k-overlap2-training-first-fp8-rollouts-triton-lora": {
+        "backward_chunk_tokens": 2100,
+        **FUSED_OVERLAP,
+        "overlap_request_steps": 2,
+        "overlap_training_first": True,
+        "vllm_quantization": "fp8",
+        "fused_lora": True,
+        "fused_lora_kernels": "triton",
+    },
+    "chunked-2k-overlap2-training-first-fp8-all": {
+        "backward_chunk_tokens": 2100,
+        **FUSED_OVERLAP,
+        "overlap_request_steps": 2,
+        "overlap_training_first": True,
+        "vllm_quantization": "fp8",
+        "vllm_kv_cache_dtype": "fp8",
         "fused_lora": True,
         "fused_lora_kernels": "triton",
     },
@@ -464,7 +509,8 @@ GPU_FACTS = (
     "name", "driver_version", "compute_mode", "persistence_mode", "power.limit", "clocks.max.sm", "clocks.max.mem"
 )  # fmt: skip
 GPU_STATE = (
-    "clocks.sm", "clocks.mem", "power.draw", "temperature.gpu", "utilization.gpu", "clocks_event_reasons.active"
+    "memory.used", "clocks.sm", "clocks.mem", "power.draw", "temperature.gpu", "utilization.gpu",
+    "clocks_event_reasons.active",
 )  # fmt: skip
 
 
@@ -571,12 +617,12 @@ class GpuMemoryTrace:
         (self.path.parent / "gpu-host.json").write_text(json.dumps(query_gpus(GPU_FACTS), indent=2))
         with self.path.open("w") as out:
             while not self._stop.wait(self.interval_s):
-                query = ["nvidia-smi", "--query-gpu=index,memory.used", "--format=csv,noheader,nounits"]
-                done = subprocess.run(query, capture_output=True, text=True, check=False)
+                # one nvidia-smi call per sample: the memory (MiB) is one of the state's fields
+                state = query_gpus(GPU_STATE)
                 used = {
-                    line.split(",")[0].strip(): float(line.split(",")[1]) / 1024 for line in done.stdout.splitlines()
+                    gpu: float(fields["memory.used"]) / 1024 for gpu, fields in state.items() if "memory.used" in fields
                 }
-                sample = {"time": time.time(), "step": self._step(), "used_gib": used, "gpus": query_gpus(GPU_STATE)}
+                sample = {"time": time.time(), "step": self._step(), "used_gib": used, "gpus": state}
                 server = self._server_counters()
                 if server:
                     sample["server"] = server
@@ -633,18 +679,27 @@ def gpu_memory_rows(path: Path, gpus: list[str], steps: int) -> dict[str, str]:
 
 def steady_steps(wide: Any, config: dict[str, Any]) -> Any:
     """The steps a variant's figures average: not the first (the engine's warm-up, and with overlap_generation
-    a synchronous generation), and with overlap_generation not the last ``overlap_request_steps`` either, which
-    train with nothing decoded beside them (no step after them to decode for) and so at the speed of training
-    alone: 6-7 s against 11-12 s beside the decode on one H200 (benchmarks/README.md)."""
+    a synchronous generation), and with overlap_generation whole request windows only.
+
+    A request goes out during the second step and then every ``overlap_request_steps`` (k) steps, each for the k
+    steps after those already held, and decodes beside the k steps up to the next one. Near the end the requests
+    hold fewer steps or none (no steps left to decode for), so the last windows train with less or nothing
+    decoded beside them, at up to the speed of training alone: 6-7 s against 11-12 s beside the decode on one
+    H200 (benchmarks/README.md). With k = 2 on one GPU a window's first step decodes the whole request and its
+    second trains alone (twenty-first lease), so a cut inside a window also biases the mean."""
     import polars as pl
 
     if wide.height <= 1:
         return wide
-    kept = wide.filter(pl.col("step") > wide["step"].min())
+    first, last = int(wide["step"].min()), int(wide["step"].max())
+    kept = wide.filter(pl.col("step") > first)
     if config.get("overlap_generation"):
-        tail = int(config.get("overlap_request_steps") or 1)
-        if kept.height > tail:
-            kept = kept.head(kept.height - tail)
+        k = int(config.get("overlap_request_steps") or 1)
+        start = first + 1
+        # a window starting at step s is whole when its request's k steps (s + k .. s + 2k - 1) are all trained
+        windows = (last - 2 * k + 1 - start) // k + 1
+        if windows > 0:
+            kept = kept.filter(pl.col("step") <= start + windows * k - 1)
     return kept
 
 

@@ -28,8 +28,16 @@ def test_overlap_figures_leave_out_the_steps_with_no_decode_beside_them():
     overlapped = GPU_GRPO.steady_steps(wide, {"overlap_generation": True, "overlap_request_steps": 1})
     assert overlapped["step"].to_list() == [2, 3, 4, 5]
     assert overlapped["time/step"].mean() == 14.0
+    # two steps per request: whole windows of two only (the request sent during step 4 holds step 6 alone)
     two_per_request = GPU_GRPO.steady_steps(wide, {"overlap_generation": True, "overlap_request_steps": 2})
-    assert two_per_request["step"].to_list() == [2, 3, 4]
+    assert two_per_request["step"].to_list() == [2, 3]
+    ten = pl.DataFrame({"step": list(range(1, 11)), "time/step": [25.0] + [17.0, 8.0] * 4 + [8.0]})
+    two_of_ten = GPU_GRPO.steady_steps(ten, {"overlap_generation": True, "overlap_request_steps": 2})
+    assert two_of_ten["step"].to_list() == [2, 3, 4, 5, 6, 7] and two_of_ten["time/step"].mean() == 12.5
+    three = GPU_GRPO.steady_steps(
+        pl.DataFrame({"step": list(range(1, 31))}), {"overlap_generation": True, "overlap_request_steps": 3}
+    )
+    assert three["step"].to_list() == list(range(2, 26))
     # a run too short to lose its tail keeps what it has
     short = GPU_GRPO.steady_steps(wide.head(2), {"overlap_generation": True, "overlap_request_steps": 1})
     assert short["step"].to_list() == [2]
@@ -113,6 +121,7 @@ def test_the_gpus_clocks_and_power_are_read_over_the_measured_steps_on_an_older_
     a field keeps the others; only samples taken while a measured step ran count."""
     import json
     import os
+    import time
 
     fake = tmp_path / "bin" / "nvidia-smi"
     fake.parent.mkdir()
@@ -122,7 +131,7 @@ def test_the_gpus_clocks_and_power_are_read_over_the_measured_steps_on_an_older_
         'case "$1" in *clocks_event_reasons*) echo \'Field "clocks_event_reasons.active" is not a valid field '
         "to query.'; exit 2;; esac\n"
         'case "$1" in *driver_version*) echo "0, NVIDIA H200, 570.86, Default, Enabled, 700.00, 1980, 3201";;\n'
-        '*) echo "0, 1755, 3201, 640.5, 61, 100";; esac\n'
+        '*) echo "0, 71680, 1755, 3201, 640.5, 61, 100";; esac\n'
     )
     fake.chmod(0o755)
     monkeypatch.setenv("PATH", f"{fake.parent}{os.pathsep}{os.environ['PATH']}")
@@ -130,6 +139,13 @@ def test_the_gpus_clocks_and_power_are_read_over_the_measured_steps_on_an_older_
     assert facts["0"]["driver_version"] == "570.86" and facts["0"]["clocks.max.sm"] == "1980"
     state = GPU_GRPO.query_gpus(GPU_GRPO.GPU_STATE)
     assert state["0"]["clocks.sm"] == "1755" and "clocks_event_reasons.active" not in state["0"]
+    # the sampler's one call per sample gives the memory (GiB) and the state together
+    trace = GPU_GRPO.GpuMemoryTrace(tmp_path / "no-metrics-yet.parquet", tmp_path / "trace.jsonl", os.getpid(), 0.05)
+    with trace:
+        while not (tmp_path / "trace.jsonl").is_file() or not (tmp_path / "trace.jsonl").read_text().strip():
+            time.sleep(0.05)
+    sample = json.loads((tmp_path / "trace.jsonl").read_text().splitlines()[0])
+    assert sample["step"] == 0 and sample["used_gib"] == {"0": 70.0} and sample["gpus"]["0"]["power.draw"] == "640.5"
 
     (tmp_path / "gpu-host.json").write_text(json.dumps(facts))
     samples = [

@@ -124,7 +124,8 @@ class TrainConfig(LoraSettings):
         description="with overlap_generation: steps of completions one server request holds. 1 = the next step's, "
         "decoded while this step trains (one update old); 2 = the two steps after the next, sent one request "
         "every two steps (two and three updates old), for layouts whose server needs more than a step to decode "
-        "one step's completions (docs/multi-gpu.md)",
+        "one step's completions (docs/multi-gpu.md); colocated, the engine decodes all of a request's sequences "
+        "at once",
     )
     overlap_training_first: bool = Field(
         False,

@@ -16,7 +16,11 @@ TRL constructs the engine itself (``trl.generation.vllm_generation.LLM``) from a
   step that uses it runs piecewise CUDA graphs instead of full ones. vLLM 0.32 removed it (then ignored). Only
   vLLM's V1 model runner builds it, so the engine is built with that runner (``engine_args.lever_environment``).
   Measured on an H200 (vLLM 0.31, benchmarks/README.md, 2026-11-30): the step's generation took 20.5 s against
-  8.4 s with that runner alone; the lost full CUDA graph costs more than the prefix's reads save. Off.
+  8.4 s with that runner alone; the lost full CUDA graph costs more than the prefix's reads save. Off;
+- ``train.overlap_request_steps`` above 1 with ``overlap_generation``: one request holds that many steps'
+  completions (arc_pipeline/training/processes/overlap.py), but TRL sizes the engine's batch for one step's
+  (``max_num_seqs``: the per-device batch x ``steps_per_generation``), so a two-step request would decode in two
+  waves, one after the other, and the longer batch would save nothing; the engine gets room for all of them.
 """
 
 from __future__ import annotations
@@ -43,6 +47,10 @@ def engine_overrides(config: Any) -> dict[str, Any]:
         overrides["kv_cache_dtype"] = config.vllm_kv_cache_dtype
     if config.vllm_cascade_attention:
         overrides["disable_cascade_attn"] = False  # vLLM's flag is the negation
+    if config.vllm_mode == "colocate" and config.overlap_generation and config.overlap_request_steps > 1:
+        # TRL's own: batch x steps_per_generation, which TRL sets to gradient_accumulation_steps
+        one_step = config.batch_size * config.gradient_accumulation_steps
+        overrides["max_num_seqs"] = one_step * config.overlap_request_steps
     return overrides
 
 

@@ -26,6 +26,13 @@ GPU_COLOCATE = dict(use_vllm=True, vllm_importance_sampling_correction=True)
             {"vllm_cascade_attention": True, "vllm_quantization": "fp8"},
             {"disable_cascade_attn": False, "quantization": "fp8"},
         ),
+        # a two-step request: room for both steps' 32 completions at once (TRL's engine: one step's 32)
+        ({"overlap_generation": True}, {}),
+        ({"overlap_generation": True, "overlap_request_steps": 2}, {"max_num_seqs": 64}),
+        (
+            {"overlap_generation": True, "overlap_request_steps": 3, "gradient_accumulation_steps": 2},
+            {"max_num_seqs": 96},
+        ),
     ],
 )
 def test_each_setting_adds_its_vllm_argument(values, overrides):
