@@ -81,6 +81,8 @@ LOSS_FORWARD_CORRECTION: dict[str, Any] = {
 }
 # overlapped generation with that correction
 FUSED_OVERLAP: dict[str, Any] = {"overlap_generation": True, **LOSS_FORWARD_CORRECTION}
+# the presets' one-GPU pair: fp8 rollout weights, each LoRA projection fused with its base, Triton rank-1 kernels
+FP8_TRITON_LORA: dict[str, Any] = {"vllm_quantization": "fp8", "fused_lora": True, "fused_lora_kernels": "triton"}
 # a server on 2 GPUs and 2 training processes, the preset's chunks
 SERVER_2_RANKS_2: dict[str, Any] = {
     "backward_chunk_tokens": 2100,
@@ -150,9 +152,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
     # the presets' fp8 pair on-policy: where the decode and training barely overlap (twentieth lease), the step to beat
     "chunked-2k-fp8-rollouts-triton-lora": {
         "backward_chunk_tokens": 2100,
-        "vllm_quantization": "fp8",
-        "fused_lora": True,
-        "fused_lora_kernels": "triton",
+        **FP8_TRITON_LORA,
         **LOSS_FORWARD_CORRECTION,
     },
     # the colocated engine decodes the next step's completions on its own stream while this step trains
@@ -192,32 +192,26 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "chunked-2k-overlap-fp8-rollouts-triton-lora": {
         "backward_chunk_tokens": 2100,
         **FUSED_OVERLAP,
-        "vllm_quantization": "fp8",
-        "fused_lora": True,
-        "fused_lora_kernels": "triton",
+        **FP8_TRITON_LORA,
     },
     # the presets' step with two steps' completions per request (train.overlap_request_steps: 2): the engine decodes
     # 64 sequences beside two training steps, so each decoding step's weight reads serve twice the completions;
     # completions two and three updates old. With an fp8 KV cache too: at 64 sequences the cache's reads outweigh the
     # fp8 weights' (about 21 against 8 GB a decode step). Measured on one H200 (benchmarks/README.md, twenty-first
-    # lease): 13.7 and 12.4 s against the presets' 14.0 s; the 64 sequences decode within the first of the two steps
+    # lease): 13.4 and 12.2 s against the presets' 14.0 s; the 64 sequences decode within the first of the two steps
     # (about 16-19 s beside it), and the second trains alone (about 8 s)
     "chunked-2k-overlap2-fp8-rollouts-triton-lora": {
         "backward_chunk_tokens": 2100,
         **FUSED_OVERLAP,
         "overlap_request_steps": 2,
-        "vllm_quantization": "fp8",
-        "fused_lora": True,
-        "fused_lora_kernels": "triton",
+        **FP8_TRITON_LORA,
     },
     "chunked-2k-overlap2-fp8-all": {
         "backward_chunk_tokens": 2100,
         **FUSED_OVERLAP,
         "overlap_request_steps": 2,
-        "vllm_quantization": "fp8",
+        **FP8_TRITON_LORA,
         "vllm_kv_cache_dtype": "fp8",
-        "fused_lora": True,
-        "fused_lora_kernels": "triton",
     },
     # the same with training's stream first (train.overlap_training_first): a two-step request has two steps to decode
     # in, so the decode can take what training leaves idle in both instead of sharing the first step's GPU half and half
@@ -226,19 +220,15 @@ VARIANTS: dict[str, dict[str, Any]] = {
         **FUSED_OVERLAP,
         "overlap_request_steps": 2,
         "overlap_training_first": True,
-        "vllm_quantization": "fp8",
-        "fused_lora": True,
-        "fused_lora_kernels": "triton",
+        **FP8_TRITON_LORA,
     },
     "chunked-2k-overlap2-training-first-fp8-all": {
         "backward_chunk_tokens": 2100,
         **FUSED_OVERLAP,
         "overlap_request_steps": 2,
         "overlap_training_first": True,
-        "vllm_quantization": "fp8",
+        **FP8_TRITON_LORA,
         "vllm_kv_cache_dtype": "fp8",
-        "fused_lora": True,
-        "fused_lora_kernels": "triton",
     },
     # the pair's parts and one more device-time lever: fp8 weights alone beside the decode, and the pair with Liger's
     # fused norm, SwiGLU and RoPE kernels (train.liger_kernels: fewer passes over the activations)
@@ -250,18 +240,14 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "chunked-2k-overlap-fp8-rollouts-triton-lora-liger": {
         "backward_chunk_tokens": 2100,
         **FUSED_OVERLAP,
-        "vllm_quantization": "fp8",
-        "fused_lora": True,
-        "fused_lora_kernels": "triton",
+        **FP8_TRITON_LORA,
         "liger_kernels": True,
     },
     "chunked-2k-overlap-fp8-all": {
         "backward_chunk_tokens": 2100,
         **FUSED_OVERLAP,
-        "vllm_quantization": "fp8",
+        **FP8_TRITON_LORA,
         "vllm_kv_cache_dtype": "fp8",
-        "fused_lora": True,
-        "fused_lora_kernels": "triton",
     },
     # the same, training's stream scheduled first (train.overlap_training_first): the decode fills what it leaves
     "chunked-2k-overlap-training-first": {

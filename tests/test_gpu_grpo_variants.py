@@ -141,8 +141,10 @@ def test_the_gpus_clocks_and_power_are_read_over_the_measured_steps_on_an_older_
     assert state["0"]["clocks.sm"] == "1755" and "clocks_event_reasons.active" not in state["0"]
     # the sampler's one call per sample gives the memory (GiB) and the state together
     trace = GPU_GRPO.GpuMemoryTrace(tmp_path / "no-metrics-yet.parquet", tmp_path / "trace.jsonl", os.getpid(), 0.05)
+    deadline = time.monotonic() + 30
     with trace:
         while not (tmp_path / "trace.jsonl").is_file() or not (tmp_path / "trace.jsonl").read_text().strip():
+            assert time.monotonic() < deadline, "the sampler wrote no sample in 30 s"
             time.sleep(0.05)
     sample = json.loads((tmp_path / "trace.jsonl").read_text().splitlines()[0])
     assert sample["step"] == 0 and sample["used_gib"] == {"0": 70.0} and sample["gpus"]["0"]["power.draw"] == "640.5"
