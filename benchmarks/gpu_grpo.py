@@ -199,7 +199,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
     # completions two and three updates old. With an fp8 KV cache too: at 64 sequences the cache's reads outweigh the
     # fp8 weights' (about 21 against 8 GB a decode step). Measured on one H200 (benchmarks/README.md, twenty-first
     # lease): 13.4 and 12.2 s against the presets' 14.0 s; the 64 sequences decode within the first of the two steps
-    # (about 16-19 s beside it), and the second trains alone (about 8 s)
+    # (about 16-19 s beside it), and the second trains alone (about 8 s). With the fp8 cache on another H200
+    # (twenty-second lease): 11.2 s against the presets' 15.2 s, 0.65x of that host's vLLM 0.26 step
     "chunked-2k-overlap2-fp8-rollouts-triton-lora": {
         "backward_chunk_tokens": 2100,
         **FUSED_OVERLAP,
@@ -214,7 +215,9 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "vllm_kv_cache_dtype": "fp8",
     },
     # the same with training's stream first (train.overlap_training_first): a two-step request has two steps to decode
-    # in, so the decode can take what training leaves idle in both instead of sharing the first step's GPU half and half
+    # in, so the decode can take what training leaves idle in both instead of sharing the first step's GPU half and half.
+    # Measured (twenty-second lease): 12.3 s against 11.2 s, each window's first step longer, and every logged figure
+    # but the times (loss, grad norm, rewards, token ratios) the same to the last digit: scheduling only, as documented
     "chunked-2k-overlap2-training-first-fp8-rollouts-triton-lora": {
         "backward_chunk_tokens": 2100,
         **FUSED_OVERLAP,
@@ -227,6 +230,27 @@ VARIANTS: dict[str, dict[str, Any]] = {
         **FUSED_OVERLAP,
         "overlap_request_steps": 2,
         "overlap_training_first": True,
+        **FP8_TRITON_LORA,
+        "vllm_kv_cache_dtype": "fp8",
+    },
+    # three and four steps per request: on the hosts where the decode and training do not overlap (twentieth and
+    # twenty-first leases: beside the decode training takes about what the two take one after the other), a step
+    # costs training alone plus its share of one request's decode, and a request of 96 or 128 sequences reads the
+    # weights once a decoding step for three or four steps' completions (three to five, four to seven updates old).
+    # Measured on one H200 (benchmarks/README.md, twenty-second lease): 11.3 and 12.0 s (11.2 s the four-step run's
+    # second window) against two steps' 11.2 s there: past two steps a request's decode spills no less into its
+    # window's first step, so two it is
+    "chunked-2k-overlap3-fp8-all": {
+        "backward_chunk_tokens": 2100,
+        **FUSED_OVERLAP,
+        "overlap_request_steps": 3,
+        **FP8_TRITON_LORA,
+        "vllm_kv_cache_dtype": "fp8",
+    },
+    "chunked-2k-overlap4-fp8-all": {
+        "backward_chunk_tokens": 2100,
+        **FUSED_OVERLAP,
+        "overlap_request_steps": 4,
         **FP8_TRITON_LORA,
         "vllm_kv_cache_dtype": "fp8",
     },
