@@ -215,9 +215,9 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "vllm_kv_cache_dtype": "fp8",
     },
     # the same with training's stream first (train.overlap_training_first): a two-step request has two steps to decode
-    # in, so the decode can take what training leaves idle in both instead of sharing the first step's GPU half and half.
-    # Measured (twenty-second lease): 12.3 s against 11.2 s, each window's first step longer, and every logged figure
-    # but the times (loss, grad norm, rewards, token ratios) the same to the last digit: scheduling only, as documented
+    # in, so the decode can take what training leaves idle in both instead of sharing the first step's GPU half and
+    # half. Measured (twenty-second lease): 12.3 s against 11.2 s, each window's first step longer, and every logged
+    # figure but the times (loss, grad norm, rewards, token ratios) the same to the last digit: scheduling only
     "chunked-2k-overlap2-training-first-fp8-rollouts-triton-lora": {
         "backward_chunk_tokens": 2100,
         **FUSED_OVERLAP,
