@@ -83,6 +83,8 @@ LOSS_FORWARD_CORRECTION: dict[str, Any] = {
 FUSED_OVERLAP: dict[str, Any] = {"overlap_generation": True, **LOSS_FORWARD_CORRECTION}
 # the presets' one-GPU pair: fp8 rollout weights, each LoRA projection fused with its base, Triton rank-1 kernels
 FP8_TRITON_LORA: dict[str, Any] = {"vllm_quantization": "fp8", "fused_lora": True, "fused_lora_kernels": "triton"}
+# the presets' one-GPU step (config/barc-multiturn.yaml): the preset's chunks, overlapped, with that pair
+PRESETS_STEP: dict[str, Any] = {"backward_chunk_tokens": 2100, **FUSED_OVERLAP, **FP8_TRITON_LORA}
 # a server on 2 GPUs and 2 training processes, the preset's chunks
 SERVER_2_RANKS_2: dict[str, Any] = {
     "backward_chunk_tokens": 2100,
@@ -189,11 +191,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
         **FUSED_OVERLAP,
         "vllm_kv_cache_dtype": "fp8",
     },
-    "chunked-2k-overlap-fp8-rollouts-triton-lora": {
-        "backward_chunk_tokens": 2100,
-        **FUSED_OVERLAP,
-        **FP8_TRITON_LORA,
-    },
+    "chunked-2k-overlap-fp8-rollouts-triton-lora": PRESETS_STEP,
     # the presets' step with two steps' completions per request (train.overlap_request_steps: 2): the engine decodes
     # 64 sequences beside two training steps, so each decoding step's weight reads serve twice the completions;
     # completions two and three updates old. With an fp8 KV cache too: at 64 sequences the cache's reads outweigh the
@@ -202,16 +200,12 @@ VARIANTS: dict[str, dict[str, Any]] = {
     # (about 16-19 s beside it), and the second trains alone (about 8 s). With the fp8 cache on another H200
     # (twenty-second lease): 11.2 s against the presets' 15.2 s, 0.65x of that host's vLLM 0.26 step
     "chunked-2k-overlap2-fp8-rollouts-triton-lora": {
-        "backward_chunk_tokens": 2100,
-        **FUSED_OVERLAP,
+        **PRESETS_STEP,
         "overlap_request_steps": 2,
-        **FP8_TRITON_LORA,
     },
     "chunked-2k-overlap2-fp8-all": {
-        "backward_chunk_tokens": 2100,
-        **FUSED_OVERLAP,
+        **PRESETS_STEP,
         "overlap_request_steps": 2,
-        **FP8_TRITON_LORA,
         "vllm_kv_cache_dtype": "fp8",
     },
     # the same with training's stream first (train.overlap_training_first): a two-step request has two steps to decode
@@ -219,18 +213,14 @@ VARIANTS: dict[str, dict[str, Any]] = {
     # half. Measured (twenty-second lease): 12.3 s against 11.2 s, each window's first step longer, and every logged
     # figure but the times (loss, grad norm, rewards, token ratios) the same to the last digit: scheduling only
     "chunked-2k-overlap2-training-first-fp8-rollouts-triton-lora": {
-        "backward_chunk_tokens": 2100,
-        **FUSED_OVERLAP,
+        **PRESETS_STEP,
         "overlap_request_steps": 2,
         "overlap_training_first": True,
-        **FP8_TRITON_LORA,
     },
     "chunked-2k-overlap2-training-first-fp8-all": {
-        "backward_chunk_tokens": 2100,
-        **FUSED_OVERLAP,
+        **PRESETS_STEP,
         "overlap_request_steps": 2,
         "overlap_training_first": True,
-        **FP8_TRITON_LORA,
         "vllm_kv_cache_dtype": "fp8",
     },
     # three and four steps per request: on the hosts where the decode and training do not overlap (twentieth and
@@ -241,17 +231,13 @@ VARIANTS: dict[str, dict[str, Any]] = {
     # second window) against two steps' 11.2 s there: past two steps a request's decode spills no less into its
     # window's first step, so two it is
     "chunked-2k-overlap3-fp8-all": {
-        "backward_chunk_tokens": 2100,
-        **FUSED_OVERLAP,
+        **PRESETS_STEP,
         "overlap_request_steps": 3,
-        **FP8_TRITON_LORA,
         "vllm_kv_cache_dtype": "fp8",
     },
     "chunked-2k-overlap4-fp8-all": {
-        "backward_chunk_tokens": 2100,
-        **FUSED_OVERLAP,
+        **PRESETS_STEP,
         "overlap_request_steps": 4,
-        **FP8_TRITON_LORA,
         "vllm_kv_cache_dtype": "fp8",
     },
     # the pair's parts and one more device-time lever: fp8 weights alone beside the decode, and the pair with Liger's
@@ -262,15 +248,11 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "vllm_quantization": "fp8",
     },
     "chunked-2k-overlap-fp8-rollouts-triton-lora-liger": {
-        "backward_chunk_tokens": 2100,
-        **FUSED_OVERLAP,
-        **FP8_TRITON_LORA,
+        **PRESETS_STEP,
         "liger_kernels": True,
     },
     "chunked-2k-overlap-fp8-all": {
-        "backward_chunk_tokens": 2100,
-        **FUSED_OVERLAP,
-        **FP8_TRITON_LORA,
+        **PRESETS_STEP,
         "vllm_kv_cache_dtype": "fp8",
     },
     # the same, training's stream scheduled first (train.overlap_training_first): the decode fills what it leaves
