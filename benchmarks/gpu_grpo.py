@@ -83,8 +83,11 @@ LOSS_FORWARD_CORRECTION: dict[str, Any] = {
 FUSED_OVERLAP: dict[str, Any] = {"overlap_generation": True, **LOSS_FORWARD_CORRECTION}
 # the presets' one-GPU pair: fp8 rollout weights, each LoRA projection fused with its base, Triton rank-1 kernels
 FP8_TRITON_LORA: dict[str, Any] = {"vllm_quantization": "fp8", "fused_lora": True, "fused_lora_kernels": "triton"}
-# the presets' one-GPU step (config/barc-multiturn.yaml): the preset's chunks, overlapped, with that pair
-PRESETS_STEP: dict[str, Any] = {"backward_chunk_tokens": 2100, **FUSED_OVERLAP, **FP8_TRITON_LORA}
+# the presets' one-GPU step until 2026-12-02: the preset's chunks, overlapped one step per request, with that pair
+OVERLAP_FP8_TRITON_STEP: dict[str, Any] = {"backward_chunk_tokens": 2100, **FUSED_OVERLAP, **FP8_TRITON_LORA}
+# the presets' one-GPU step since (config/barc-multiturn.yaml's train settings; tests/test_gpu_grpo_variants.py holds
+# them equal): two steps per request, an fp8 KV cache
+PRESETS_STEP: dict[str, Any] = {**OVERLAP_FP8_TRITON_STEP, "overlap_request_steps": 2, "vllm_kv_cache_dtype": "fp8"}
 # a server on 2 GPUs and 2 training processes, the preset's chunks
 SERVER_2_RANKS_2: dict[str, Any] = {
     "backward_chunk_tokens": 2100,
@@ -191,7 +194,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
         **FUSED_OVERLAP,
         "vllm_kv_cache_dtype": "fp8",
     },
-    "chunked-2k-overlap-fp8-rollouts-triton-lora": PRESETS_STEP,
+    "chunked-2k-overlap-fp8-rollouts-triton-lora": OVERLAP_FP8_TRITON_STEP,
     # the presets' step with two steps' completions per request (train.overlap_request_steps: 2): the engine decodes
     # 64 sequences beside two training steps, so each decoding step's weight reads serve twice the completions;
     # completions two and three updates old. With an fp8 KV cache too: at 64 sequences the cache's reads outweigh the
@@ -200,25 +203,21 @@ VARIANTS: dict[str, dict[str, Any]] = {
     # (about 16-19 s beside it), and the second trains alone (about 8 s). With the fp8 cache on another H200
     # (twenty-second lease): 11.2 s against the presets' 15.2 s, 0.65x of that host's vLLM 0.26 step
     "chunked-2k-overlap2-fp8-rollouts-triton-lora": {
-        **PRESETS_STEP,
+        **OVERLAP_FP8_TRITON_STEP,
         "overlap_request_steps": 2,
     },
-    "chunked-2k-overlap2-fp8-all": {
-        **PRESETS_STEP,
-        "overlap_request_steps": 2,
-        "vllm_kv_cache_dtype": "fp8",
-    },
+    "chunked-2k-overlap2-fp8-all": PRESETS_STEP,  # the presets' step since the GPU canary passed with it (2026-12-02)
     # the same with training's stream first (train.overlap_training_first): a two-step request has two steps to decode
     # in, so the decode can take what training leaves idle in both instead of sharing the first step's GPU half and
     # half. Measured (twenty-second lease): 12.3 s against 11.2 s, each window's first step longer, and every logged
     # figure but the times (loss, grad norm, rewards, token ratios) the same to the last digit: scheduling only
     "chunked-2k-overlap2-training-first-fp8-rollouts-triton-lora": {
-        **PRESETS_STEP,
+        **OVERLAP_FP8_TRITON_STEP,
         "overlap_request_steps": 2,
         "overlap_training_first": True,
     },
     "chunked-2k-overlap2-training-first-fp8-all": {
-        **PRESETS_STEP,
+        **OVERLAP_FP8_TRITON_STEP,
         "overlap_request_steps": 2,
         "overlap_training_first": True,
         "vllm_kv_cache_dtype": "fp8",
@@ -231,12 +230,12 @@ VARIANTS: dict[str, dict[str, Any]] = {
     # second window) against two steps' 11.2 s there: past two steps a request's decode spills no less into its
     # window's first step, so two it is
     "chunked-2k-overlap3-fp8-all": {
-        **PRESETS_STEP,
+        **OVERLAP_FP8_TRITON_STEP,
         "overlap_request_steps": 3,
         "vllm_kv_cache_dtype": "fp8",
     },
     "chunked-2k-overlap4-fp8-all": {
-        **PRESETS_STEP,
+        **OVERLAP_FP8_TRITON_STEP,
         "overlap_request_steps": 4,
         "vllm_kv_cache_dtype": "fp8",
     },
@@ -248,11 +247,11 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "vllm_quantization": "fp8",
     },
     "chunked-2k-overlap-fp8-rollouts-triton-lora-liger": {
-        **PRESETS_STEP,
+        **OVERLAP_FP8_TRITON_STEP,
         "liger_kernels": True,
     },
     "chunked-2k-overlap-fp8-all": {
-        **PRESETS_STEP,
+        **OVERLAP_FP8_TRITON_STEP,
         "vllm_kv_cache_dtype": "fp8",
     },
     # the same, training's stream scheduled first (train.overlap_training_first): the decode fills what it leaves

@@ -72,9 +72,37 @@ def test_documented_switch_is_accepted_over_its_preset(where: str, preset: str, 
 
 def test_the_published_sampling_switch_turns_every_sampling_lever_off() -> None:
     """config/barc-multiturn.yaml's switch back to the published run's sampling leaves nothing of the preset's
-    own: on-policy, uncorrected, bf16 rollout weights, PEFT's projections."""
+    own: on-policy, uncorrected, bf16 rollout weights and KV cache, PEFT's projections."""
     [switch] = [s for name, _, s in SWITCHES if name == "barc-multiturn.yaml" and "overlap_generation" in s]
     config = yaml.safe_load((REPO / "config" / "barc-multiturn.yaml").read_text())
     train = prepare_config(config, parse_config([switch]), REPO).train
     assert not train.overlap_generation and not train.vllm_importance_sampling_correction
-    assert train.vllm_quantization == "none" and not train.fused_lora
+    assert train.vllm_quantization == "none" and train.vllm_kv_cache_dtype == "auto" and not train.fused_lora
+    assert train.overlap_request_steps == 1
+
+
+YAML_BLOCK = re.compile(r"```yaml\n(.*?)```", re.DOTALL)
+
+
+def doc_train_sections() -> list[tuple[str, str]]:
+    """(doc, block) for each ``train:`` section the docs give to write into a file of one's own: docs/cluster.md's
+    and docs/multi-gpu.md's layouts, each over config/barc-multiturn.yaml."""
+    return [
+        (path.name, block)
+        for path in sorted((REPO / "docs").glob("*.md"))
+        for block in YAML_BLOCK.findall(path.read_text())
+        if block.startswith("train:")
+    ]
+
+
+def test_the_docs_train_sections_are_found() -> None:
+    assert {doc for doc, _ in doc_train_sections()} >= {"cluster.md", "multi-gpu.md"}
+
+
+@pytest.mark.parametrize(("doc", "block"), doc_train_sections(), ids=[d for d, _ in doc_train_sections()])
+def test_documented_train_section_is_accepted_over_the_published_preset(doc: str, block: str) -> None:
+    """A layout's section over the preset it extends: a setting the preset gained for its colocated engine (the
+    fp8 KV cache) must be undone in each server layout's section, or a reader meets a ConfigError."""
+    preset = "config/barc-multiturn.yaml"
+    config = yaml.safe_load((REPO / preset).read_text())
+    prepare_config(config, yaml.safe_load(block), REPO, [preset])

@@ -17,6 +17,39 @@ def test_each_variant_is_a_valid_train_config(name):
     assert config.use_vllm
 
 
+# where the benchmark's step departs from config/barc-multiturn.yaml's train settings on purpose: one group of 32
+# completions for the preset's 4 of 8 (the same sequences and passes), random weights' completions kept whole (they
+# never stop), the project's execution rules and worker count, and logging every step without checkpoints
+BENCHMARK_ONLY = {
+    "num_generations",
+    "task_repeats",
+    "mask_truncated_completions",
+    "execution_workers",
+    "execution_rules",
+    "save_steps",
+    "logging_steps",
+    "report_to",
+}
+
+
+def test_the_presets_step_is_the_published_presets_train_settings():
+    """``PRESETS_STEP`` (the step benchmarks/README.md times as the presets') is config/barc-multiturn.yaml's train
+    section in every other field: a lever the preset gains or drops must move the benchmark with it."""
+    from pathlib import Path
+
+    import yaml
+
+    from arc_pipeline.config.prepare import prepare_config
+
+    repo = Path(__file__).resolve().parents[1]
+    preset = "config/barc-multiturn.yaml"
+    published = prepare_config(yaml.safe_load((repo / preset).read_text()), {}, repo, [preset]).train.model_dump()
+    step = TrainConfig(**{**GPU_GRPO.BASE_SETTINGS, **GPU_GRPO.PRESETS_STEP}).model_dump()
+    differ = {name for name in step if step[name] != published[name]}
+    assert differ == BENCHMARK_ONLY
+    assert step["num_generations"] * step["task_repeats"] == published["num_generations"] * published["task_repeats"]
+
+
 def test_overlap_figures_leave_out_the_steps_with_no_decode_beside_them():
     """An overlapped run's last step trains alone (nothing left to decode for), at about half the overlapped
     step's time on one H200: averaging it in made the overlap look faster than its steady state."""

@@ -113,8 +113,13 @@ def test_partition_and_gpu_model_reach_sbatch(workdir: Path, monkeypatch: pytest
 
 def test_train_asks_for_its_server_and_training_gpus(workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
     # server mode: 1 GPU for vLLM + 2 training processes = 3 for the train job; inference keeps request_gpus.
-    # The preset's fp8 rollout weights are the colocated engine's: a server samples from bf16
-    config = ["train={vllm_mode: server, vllm_server_gpus: 1, training_processes: 2, vllm_quantization: none}"]
+    # The preset's fp8 rollout weights and fp8 KV cache are the colocated engine's: a server samples from bf16
+    config = [
+        (
+            "train={vllm_mode: server, vllm_server_gpus: 1, training_processes: 2, vllm_quantization: none, "
+            "vllm_kv_cache_dtype: auto}"
+        )
+    ]
     argv = ["--profile", "profiles/slurm", "--configfile", PUBLISHED, "--config", *config]
     workflow, settings = _dry_run_in_process(argv, monkeypatch, executor="slurm")
     gpus = {}

@@ -55,8 +55,9 @@ class TrainConfig(LoraSettings):
         "auto",
         description="colocate: the rollout engine's KV cache; fp8 halves the bytes each decode step reads per cached "
         "token, the share of the GPU the decode takes beside training (overlap_generation). It changes what is "
-        "sampled: needs vllm_importance_sampling_correction. Measured beside the decode on an H200: 13.4 s a step "
-        "against 13.5 s (benchmarks/README.md): auto in the presets",
+        "sampled: needs vllm_importance_sampling_correction. Beside one step's decode it takes nothing off (13.4 s a "
+        "step against 13.5 s on an H200); with overlap_request_steps 2 (64 sequences) the presets' fp8 "
+        "(config/barc-multiturn.yaml, benchmarks/README.md)",
     )
     vllm_cascade_attention: bool = Field(
         False,
@@ -125,7 +126,7 @@ class TrainConfig(LoraSettings):
         "decoded while this step trains (one update old); 2 = the two steps after the next, sent one request "
         "every two steps (two and three updates old), for layouts whose server needs more than a step to decode "
         "one step's completions (docs/multi-gpu.md); colocated, the engine decodes all of a request's sequences "
-        "at once",
+        "at once, beside the first step of the two (the one-GPU presets' 2: config/barc-multiturn.yaml)",
     )
     overlap_training_first: bool = Field(
         False,
