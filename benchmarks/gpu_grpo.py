@@ -216,12 +216,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "overlap_request_steps": 2,
         "overlap_training_first": True,
     },
-    "chunked-2k-overlap2-training-first-fp8-all": {
-        **OVERLAP_FP8_TRITON_STEP,
-        "overlap_request_steps": 2,
-        "overlap_training_first": True,
-        "vllm_kv_cache_dtype": "fp8",
-    },
+    "chunked-2k-overlap2-training-first-fp8-all": {**PRESETS_STEP, "overlap_training_first": True},
     # three and four steps per request: on the hosts where the decode and training do not overlap (twentieth and
     # twenty-first leases: beside the decode training takes about what the two take one after the other), a step
     # costs training alone plus its share of one request's decode, and a request of 96 or 128 sequences reads the
@@ -229,16 +224,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
     # Measured on one H200 (benchmarks/README.md, twenty-second lease): 11.3 and 12.0 s (11.2 s the four-step run's
     # second window) against two steps' 11.2 s there: past two steps a request's decode spills no less into its
     # window's first step, so two it is
-    "chunked-2k-overlap3-fp8-all": {
-        **OVERLAP_FP8_TRITON_STEP,
-        "overlap_request_steps": 3,
-        "vllm_kv_cache_dtype": "fp8",
-    },
-    "chunked-2k-overlap4-fp8-all": {
-        **OVERLAP_FP8_TRITON_STEP,
-        "overlap_request_steps": 4,
-        "vllm_kv_cache_dtype": "fp8",
-    },
+    "chunked-2k-overlap3-fp8-all": {**PRESETS_STEP, "overlap_request_steps": 3},
+    "chunked-2k-overlap4-fp8-all": {**PRESETS_STEP, "overlap_request_steps": 4},
     # the pair's parts and one more device-time lever: fp8 weights alone beside the decode, and the pair with Liger's
     # fused norm, SwiGLU and RoPE kernels (train.liger_kernels: fewer passes over the activations)
     "chunked-2k-overlap-fp8-rollouts": {

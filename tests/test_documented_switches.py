@@ -95,11 +95,14 @@ def doc_train_sections() -> list[tuple[str, str]]:
     ]
 
 
+TRAIN_SECTIONS = doc_train_sections()
+
+
 def test_the_docs_train_sections_are_found() -> None:
-    assert {doc for doc, _ in doc_train_sections()} >= {"cluster.md", "multi-gpu.md"}
+    assert {doc for doc, _ in TRAIN_SECTIONS} >= {"cluster.md", "multi-gpu.md"}
 
 
-@pytest.mark.parametrize(("doc", "block"), doc_train_sections(), ids=[d for d, _ in doc_train_sections()])
+@pytest.mark.parametrize(("doc", "block"), TRAIN_SECTIONS, ids=[doc for doc, _ in TRAIN_SECTIONS])
 def test_documented_train_section_is_accepted_over_the_published_preset(doc: str, block: str) -> None:
     """A layout's section over the preset it extends: a setting the preset gained for its colocated engine (the
     fp8 KV cache) must be undone in each server layout's section, or a reader meets a ConfigError."""
