@@ -68,15 +68,22 @@ _MULTIMODAL_KEYS = (
 
 def prompt_groups(prompt_ids: Any, prompt_mask: Any) -> list[list[int]]:
     """Rows with equal prompts (the same tokens under the same mask), each group in row order, groups in the
-    order of their first row."""
+    order of their first row. Every row is compared with each group's first row: one pass for the presets' one
+    task a step; ``torch.unique(dim=0)`` sorted the rows (15 ms a call on an H200; benchmarks/prompt_groups.py)."""
     import torch
 
     keyed = torch.cat([prompt_ids * prompt_mask, prompt_mask], dim=1)
-    _, group_of_row = torch.unique(keyed, dim=0, return_inverse=True)
-    groups: dict[int, list[int]] = {}
-    for row, group in enumerate(group_of_row.tolist()):
-        groups.setdefault(group, []).append(row)
-    return list(groups.values())
+    group_of_row: list[int | None] = [None] * keyed.shape[0]
+    groups: list[list[int]] = []
+    for first in range(len(group_of_row)):
+        if group_of_row[first] is not None:
+            continue
+        equal = (keyed == keyed[first]).all(dim=1).tolist()  # one device sync a group
+        members = [row for row in range(first, len(equal)) if equal[row] and group_of_row[row] is None]
+        for row in members:
+            group_of_row[row] = len(groups)
+        groups.append(members)
+    return groups
 
 
 def left_padding(prompt_mask_row: Any) -> int | None:

@@ -226,6 +226,17 @@ def test_prompt_groups_and_padding():
     mask = torch.tensor([[0, 1, 1], [1, 1, 1], [0, 1, 1], [0, 1, 1]])
     # the first and fourth rows differ only under padding: the same prompt
     assert prompt_groups(ids, mask) == [[0, 2, 3], [1]]
+    # random batches: the groups of equal (masked ids, mask) rows, in order of first row
+    generator = torch.Generator().manual_seed(0)
+    for rows in (1, 5, 32):
+        prompts = torch.randint(0, 3, (3, 6), generator=generator)
+        masks = (torch.arange(6) >= torch.randint(0, 3, (3, 1), generator=generator)).long()
+        pick = torch.randint(0, 3, (rows,), generator=generator)
+        keys = [tuple((prompts[p] * masks[p]).tolist() + masks[p].tolist()) for p in pick.tolist()]
+        expected: dict[tuple, list[int]] = {}
+        for row, key in enumerate(keys):
+            expected.setdefault(key, []).append(row)
+        assert prompt_groups(prompts[pick], masks[pick]) == list(expected.values())
     assert left_padding(mask[0]) == 1
     assert left_padding(mask[1]) == 0
     assert left_padding(torch.tensor([1, 0, 1])) is None
