@@ -73,15 +73,17 @@ def prompt_groups(prompt_ids: Any, prompt_mask: Any) -> list[list[int]]:
     import torch
 
     keyed = torch.cat([prompt_ids * prompt_mask, prompt_mask], dim=1)
-    group_of_row: list[int | None] = [None] * keyed.shape[0]
+    rows = keyed.shape[0]
+    grouped = [False] * rows
     groups: list[list[int]] = []
-    for first in range(len(group_of_row)):
-        if group_of_row[first] is not None:
+    for first in range(rows):
+        if grouped[first]:
             continue
-        equal = (keyed == keyed[first]).all(dim=1).tolist()  # one device sync a group
-        members = [row for row in range(first, len(equal)) if equal[row] and group_of_row[row] is None]
+        # the rows from this one on (equality is transitive: an earlier group holds none equal to it); one sync
+        equal = (keyed[first:] == keyed[first]).all(dim=1).tolist()
+        members = [first + offset for offset, same in enumerate(equal) if same]
         for row in members:
-            group_of_row[row] = len(groups)
+            grouped[row] = True
         groups.append(members)
     return groups
 
