@@ -226,6 +226,16 @@ VARIANTS: dict[str, dict[str, Any]] = {
     # window's first step, so two it is
     "chunked-2k-overlap3-fp8-all": {**PRESETS_STEP, "overlap_request_steps": 3},
     "chunked-2k-overlap4-fp8-all": {**PRESETS_STEP, "overlap_request_steps": 4},
+    # two, three and four steps' completions per request with nothing beside the decode (train.overlap_decode_ahead:
+    # false): beside training a two-step request's decode added about 10 s to its window's first step on one H200
+    # (twenty-fifth lease), about what 64 sequences cost alone, so a window may cost less as its decode alone plus
+    # its steps' training alone; completions 0 to k - 1 updates old, one weight sync per request
+    "chunked-2k-batched2-fp8-all": {**PRESETS_STEP, "overlap_decode_ahead": False},
+    "chunked-2k-batched3-fp8-all": {**PRESETS_STEP, "overlap_decode_ahead": False, "overlap_request_steps": 3},
+    "chunked-2k-batched4-fp8-all": {**PRESETS_STEP, "overlap_decode_ahead": False, "overlap_request_steps": 4},
+    # six: a request's 192 sequences and six prompts need about 210k tokens of KV cache, which the engine's 0.3 of an
+    # H200 holds (about 490k fp8 tokens) and an H100's does not (about 200k): an H200-only point on the curve
+    "chunked-2k-batched6-fp8-all": {**PRESETS_STEP, "overlap_decode_ahead": False, "overlap_request_steps": 6},
     # the pair's parts and one more device-time lever: fp8 weights alone beside the decode, and the pair with Liger's
     # fused norm, SwiGLU and RoPE kernels (train.liger_kernels: fewer passes over the activations)
     "chunked-2k-overlap-fp8-rollouts": {
@@ -664,14 +674,22 @@ def steady_steps(wide: Any, config: dict[str, Any]) -> Any:
     hold fewer steps or none (no steps left to decode for), so the last windows train with less or nothing
     decoded beside them, at up to the speed of training alone: 6-7 s against 11-12 s beside the decode on one
     H200 (benchmarks/README.md). With k = 2 on one GPU a window's first step decodes the whole request and its
-    second trains alone (twenty-first lease), so a cut inside a window also biases the mean."""
+    second trains alone (twenty-first lease), so a cut inside a window also biases the mean.
+
+    Without the decode ahead (``overlap_decode_ahead: false``) a window's first step decodes the whole request
+    alone and the others train on what it kept: whole windows after the first (which holds the engine's warm-up)."""
     import polars as pl
 
     if wide.height <= 1:
         return wide
     first, last = int(wide["step"].min()), int(wide["step"].max())
     kept = wide.filter(pl.col("step") > first)
-    if config.get("overlap_generation"):
+    if config.get("overlap_generation") and config.get("overlap_decode_ahead") is False:
+        k = int(config.get("overlap_request_steps") or 1)
+        whole = (last - first + 1) // k  # windows of k steps from the first step on
+        if whole > 1:
+            kept = wide.filter(pl.col("step").is_between(first + k, first + whole * k - 1))
+    elif config.get("overlap_generation"):
         k = int(config.get("overlap_request_steps") or 1)
         start = first + 1
         # a window starting at step s is whole when its request's k steps (s + k .. s + 2k - 1) are all trained

@@ -71,6 +71,11 @@ def test_overlap_figures_leave_out_the_steps_with_no_decode_beside_them():
         pl.DataFrame({"step": list(range(1, 31))}), {"overlap_generation": True, "overlap_request_steps": 3}
     )
     assert three["step"].to_list() == list(range(2, 26))
+    # without the decode ahead: whole windows after the first, whose first step decoded the request alone
+    batched = {"overlap_generation": True, "overlap_request_steps": 2, "overlap_decode_ahead": False}
+    assert GPU_GRPO.steady_steps(ten, batched)["step"].to_list() == [3, 4, 5, 6, 7, 8, 9, 10]
+    batched_four = GPU_GRPO.steady_steps(ten, {**batched, "overlap_request_steps": 4})
+    assert batched_four["step"].to_list() == [5, 6, 7, 8]
     # a run too short to lose its tail keeps what it has
     short = GPU_GRPO.steady_steps(wide.head(2), {"overlap_generation": True, "overlap_request_steps": 1})
     assert short["step"].to_list() == [2]

@@ -55,6 +55,7 @@ _NOT_IN_FINGERPRINT = {
     # one update of staleness, reweighted: a run may switch it and resume (left out, older checkpoints match)
     "overlap_generation",
     "overlap_request_steps",
+    "overlap_decode_ahead",
     "overlap_training_first",
     "overlap_switch_interval_ms",
     # the same ratio from another forward of the same weights

@@ -128,6 +128,14 @@ class TrainConfig(LoraSettings):
         "one step's completions (docs/multi-gpu.md); colocated, the engine decodes all of a request's sequences "
         "at once, beside the first step of the two (the one-GPU presets' 2: config/barc-multiturn.yaml)",
     )
+    overlap_decode_ahead: bool = Field(
+        True,
+        description="with overlap_generation: true = each request is sent ahead and decodes beside training (as "
+        "overlap_request_steps says); false = no decode beside training: when a step finds no completions kept, "
+        "the engine decodes that step's and the next overlap_request_steps - 1 steps' in one request and the step "
+        "waits for it (0 to overlap_request_steps - 1 updates old; one weight sync per request). Needs "
+        "overlap_request_steps > 1 (arc_pipeline/training/processes/overlap.py)",
+    )
     overlap_training_first: bool = Field(
         False,
         description="colocate overlap_generation: training's CUDA stream gets the GPU's higher scheduling priority, so "

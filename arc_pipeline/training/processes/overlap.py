@@ -22,6 +22,12 @@ each token by ``pi_{w_t} / pi_{w_s}`` from the current policy's log-probs and vL
 truncated at TRL's cap. The first step, the first step of each epoch and the first after a resume generate
 synchronously: there is no earlier request to take.
 
+``train.overlap_decode_ahead: false`` keeps the ``k``-step requests and drops the decode beside training: a step
+that finds no completions kept sends the weights and one request for its own prompts and the next ``k - 1`` steps',
+waits for it, and keeps the rest; nothing decodes while the policy trains. Completions are 0 to ``k - 1`` updates
+old, the weights go to the engine once per request, and each decoding step's weight reads serve ``k`` steps'
+sequences. It is for a GPU where the decode beside training costs about what it costs alone (benchmarks/README.md).
+
 The later steps' prompts come from the trainer's own data loader: :meth:`OverlappedGeneration.get_batch_samples`
 reads generation batches ahead of those the trainer has taken, and hands the trainer exactly the batches it
 would have had (same order, same content). Every rank launches and takes a request at the same points of its
@@ -84,11 +90,16 @@ class OverlappedGeneration:
     for a request counts as generation, not as weight sync."""
 
     def __init__(
-        self, request_steps: int = 1, training_first: bool = False, switch_interval_ms: float | None = None
+        self,
+        request_steps: int = 1,
+        training_first: bool = False,
+        switch_interval_ms: float | None = None,
+        decode_ahead: bool = True,
     ) -> None:
         if request_steps < 1:
             raise ValueError(f"overlap_request_steps must be at least 1, not {request_steps}")
         self.request_steps = request_steps
+        self.decode_ahead = decode_ahead  # False: a request is sent when its first step needs it, and waited for
         self.training_first = training_first  # colocate on a GPU: training's stream scheduled before the engine's
         self.switch_interval_ms = switch_interval_ms  # the interpreter's, while training runs; None: left as it is
         self._switch_interval_before: float | None = None
@@ -109,7 +120,12 @@ class OverlappedGeneration:
     @classmethod
     def from_config(cls, config: Any) -> OverlappedGeneration:
         """From the train config's overlap_* settings."""
-        return cls(config.overlap_request_steps, config.overlap_training_first, config.overlap_switch_interval_ms)
+        return cls(
+            config.overlap_request_steps,
+            config.overlap_training_first,
+            config.overlap_switch_interval_ms,
+            config.overlap_decode_ahead,
+        )
 
     # ------------------------------------------------------------------ wiring
 
@@ -198,11 +214,23 @@ class OverlappedGeneration:
             self.pending = None
             self.kept.clear()
             self._pay_owed_sync()
-            with self._on_engine_stream():
-                result = self._inner_generate(prompts, images, num_generations, profiler, **kwargs)
+            if ours and not self.decode_ahead:
+                result = self._generate_with_next_steps(prompts, num_generations)
+            else:
+                with self._on_engine_stream():
+                    result = self._inner_generate(prompts, images, num_generations, profiler, **kwargs)
             self.synchronous_steps += int(training)
-        if ours and self.pending is None:
+        if ours and self.pending is None and self.decode_ahead:
             self._launch_next(num_generations)
+        return result
+
+    def _generate_with_next_steps(self, prompts: list[list[int]], num_generations: int) -> tuple:
+        """This step's completions, from one request that holds the next ``request_steps - 1`` steps' too (kept for
+        them), waited for here."""
+        self._launch_next(num_generations, first=prompts)
+        self._keep(self.pending)
+        self.pending = None
+        _, result = self.kept.popleft()
         return result
 
     # ------------------------------------------------------------------ requests
@@ -256,11 +284,13 @@ class OverlappedGeneration:
         prompt_ids, _images, _fields = trainer._tokenize_prompts([example["prompt"] for example in batch])
         return prompt_ids
 
-    def _launch_next(self, num_generations: int) -> None:
+    def _launch_next(self, num_generations: int, first: list[list[int]] | None = None) -> None:
+        """Send the request for the ``request_steps`` steps after those kept, or with ``first`` (this step's
+        prompts) for this step and the ``request_steps - 1`` after it."""
         from accelerate.utils import gather_object
 
-        blocks: list[list[list[int]]] = []
-        for index in range(self.request_steps):
+        blocks: list[list[list[int]]] = [] if first is None else [first]
+        for index in range(self.request_steps - len(blocks)):
             prompts = self._prompts_ahead(len(self.kept) + index)
             if prompts is None:
                 break
@@ -274,15 +304,16 @@ class OverlappedGeneration:
         self._pay_owed_sync()  # the server decodes this request with the weights trained so far
         request = _Request(blocks=blocks, rows=rows, num_generations=num_generations)
         if self.colocated:  # every rank's own engine, its own prompts, on the engine's stream after the sync
-            request.thread = threading.Thread(
-                target=self._generate_here, args=(request,), name="overlap-generation", daemon=True
-            )
-            request.thread.start()
+            target, args = self._generate_here, (request,)
         elif self.trainer.accelerator.is_main_process:
-            unique = request_prompts(every_rank, num_generations)
-            request.thread = threading.Thread(
-                target=self._ask_server, args=(request, unique), name="overlap-generation", daemon=True
-            )
+            target, args = self._ask_server, (request, request_prompts(every_rank, num_generations))
+        else:
+            target = None
+        if target is not None and first is not None:  # waited for at once: on this thread, nothing beside it
+            with self._on_engine_stream():
+                target(*args)
+        elif target is not None:
+            request.thread = threading.Thread(target=target, args=args, name="overlap-generation", daemon=True)
             request.thread.start()
         self.requests_sent += 1
         self.pending = request

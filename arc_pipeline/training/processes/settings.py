@@ -28,6 +28,11 @@ def check_process_settings(config: Any) -> None:
         )
     if config.overlap_request_steps > 1 and not config.overlap_generation:
         raise ValueError("overlap_request_steps > 1 needs overlap_generation: true")
+    if not config.overlap_decode_ahead and not (config.overlap_generation and config.overlap_request_steps > 1):
+        raise ValueError(
+            "overlap_decode_ahead: false decodes overlap_request_steps steps' completions in one request when the "
+            "first of them is needed: it needs overlap_generation: true and overlap_request_steps > 1"
+        )
     if config.overlap_training_first and not (config.overlap_generation and config.vllm_mode == "colocate"):
         raise ValueError(
             "overlap_training_first orders the colocated engine's stream and training's on one GPU: it needs "

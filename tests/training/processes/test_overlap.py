@@ -122,7 +122,15 @@ def server_mode_trainer(tiny_model, dataset, run_dir, reward=zero_reward, mode="
 
 
 def run(
-    tiny_model, dataset, run_dir, overlap: bool, steps: int, request_steps: int = 1, hold_until_step=None, mode="server"
+    tiny_model,
+    dataset,
+    run_dir,
+    overlap: bool,
+    steps: int,
+    request_steps: int = 1,
+    hold_until_step=None,
+    mode="server",
+    decode_ahead=True,
 ):
     """Train ``steps`` steps against the stand-in server: (server, prompts trained per step, step start times,
     the overlap object or None). ``hold_until_step`` {request index: step}: that request is answered only once
@@ -149,7 +157,7 @@ def run(
         return training_step(*args, **kwargs)
 
     trainer.training_step = timed_training_step
-    overlapped = OverlappedGeneration(request_steps).attach(trainer) if overlap else None
+    overlapped = OverlappedGeneration(request_steps, decode_ahead=decode_ahead).attach(trainer) if overlap else None
     trainer.train()
     assert trainer.state.global_step == steps
     return server, trained, step_started, overlapped
@@ -253,6 +261,44 @@ def test_two_steps_per_request_are_sent_every_second_step_two_steps_ahead(tiny_m
     assert step_started[1 * per_step] < third.started < step_started[2 * per_step] < third.ended
 
 
+def test_without_the_decode_ahead_a_step_that_needs_completions_decodes_its_own_and_the_next_steps(
+    tiny_model, tmp_path
+):
+    dataset = distinct_prompts_dataset(tiny_model, tmp_path / "refine.parquet", 16)
+    steps = 5
+    plain, plain_trained, _, _ = run(
+        tiny_model, dataset, tmp_path / "plain", overlap=False, steps=steps, mode="colocate"
+    )
+    engine, trained, step_started, overlapped = run(
+        tiny_model,
+        dataset,
+        tmp_path / "batched",
+        overlap=True,
+        steps=steps,
+        request_steps=2,
+        mode="colocate",
+        decode_ahead=False,
+    )
+
+    # the same batches in the same order, each step's prompts asked for exactly once
+    assert trained == plain_trained
+    assert [p for r in engine.requests for p in r.prompts] == [p for r in plain.requests for p in r.prompts]
+    # steps 0-1, 2-3 and the last step alone, each request made on the training thread (so nothing decodes while
+    # a step trains) once the step before its first has trained, and answered within its first micro-batch (which
+    # holds TRL's generation)
+    per_request = [len(r.prompts) // len(plain.requests[0].prompts) for r in engine.requests]
+    assert per_request == [2, 2, 1]
+    assert {r.thread for r in engine.requests} == {threading.main_thread().name}
+    per_step = len(step_started) // steps
+    assert per_step > 1
+    for request, first_step in zip(engine.requests, (0, 2, 4), strict=True):
+        assert step_started[first_step * per_step] < request.started < request.ended
+        assert request.ended < step_started[first_step * per_step + 1]
+    assert overlapped.synchronous_steps == 3 and overlapped.prefetched_steps == 2 and overlapped.requests_sent == 3
+    # one weight sync per request, right before it: steps 1 and 3 train on completions one update old
+    assert [r.weights for r in engine.requests] == [1, 2, 3]
+
+
 def test_the_correction_from_the_loss_forward_is_trls_without_its_extra_forward(tiny_model, tmp_path):
     import torch
 
@@ -343,6 +389,15 @@ def test_overlap_names_the_settings_it_needs(overrides, named):
     ("overrides", "named"),
     [
         ({"overlap_request_steps": 2}, "needs overlap_generation"),
+        (
+            {
+                "overlap_decode_ahead": False,
+                "overlap_generation": True,
+                "use_vllm": True,
+                "vllm_importance_sampling_correction": True,
+            },
+            "overlap_decode_ahead: false .* needs overlap_generation: true and overlap_request_steps > 1",
+        ),
         ({"overlap_switch_interval_ms": 0.5}, "overlap_switch_interval_ms needs overlap_generation"),
         ({"overlap_training_first": True}, "overlap_generation: true and vllm_mode colocate"),
         (
