@@ -61,27 +61,20 @@ import sys
 import threading
 from collections import deque
 from collections.abc import Iterator
-from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass, field
+from contextlib import contextmanager
 from typing import Any
 
 from arc_pipeline.training.processes.overlap_batches import Lookahead, request_prompts
+from arc_pipeline.training.processes.overlap_requests import (
+    KeptStep,
+    Request,
+    ask_server,
+    generate_here,
+    local_steps,
+    server_steps,
+)
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class _Request:
-    """A generation request in flight: this rank's prompts of each step it holds, every rank's row count of each
-    of those steps, and on rank 0 the thread that asks the server."""
-
-    blocks: list[list[list[int]]]
-    rows: list[list[int]]  # rows[block][rank]
-    num_generations: int
-    thread: threading.Thread | None = None
-    output: Any = None  # server: the client's answer; colocate: the engine's (prompt_ids, completion_ids, ...)
-    error: BaseException | None = None
-    done: threading.Event = field(default_factory=threading.Event)
 
 
 class OverlappedGeneration:
@@ -106,8 +99,8 @@ class OverlappedGeneration:
         self.trainer: Any = None
         self.engine: Any = None
         self.lookahead: Lookahead | None = None
-        self.pending: _Request | None = None
-        self.kept: deque[tuple[list[list[int]], tuple]] = deque()  # (this rank's prompts, completions) per step
+        self.pending: Request | None = None
+        self.kept: deque[KeptStep] = deque()  # this rank's prompts and their completions, step by step
         self.owed_sync: tuple[tuple, dict] | None = None  # TRL's weight sync, deferred until the server is idle
         self.prefetched_steps = 0  # steps whose completions came from a request launched in an earlier step
         self.synchronous_steps = 0
@@ -302,11 +295,11 @@ class OverlappedGeneration:
         every_rank = gather_object([blocks])  # [rank][block] -> prompts
         rows = [[len(rank_blocks[block]) for rank_blocks in every_rank] for block in range(count)]
         self._pay_owed_sync()  # the server decodes this request with the weights trained so far
-        request = _Request(blocks=blocks, rows=rows, num_generations=num_generations)
+        request = Request(blocks=blocks, rows=rows, num_generations=num_generations)
         if self.colocated:  # every rank's own engine, its own prompts, on the engine's stream after the sync
-            target, args = self._generate_here, (request,)
+            target, args = generate_here, (self._inner_generate, self.stream, request)
         elif self.trainer.accelerator.is_main_process:
-            target, args = self._ask_server, (request, request_prompts(every_rank, num_generations))
+            target, args = ask_server, (self.engine, request, request_prompts(every_rank, num_generations))
         else:
             target = None
         if target is not None and first is not None:  # waited for at once: on this thread, nothing beside it
@@ -318,53 +311,13 @@ class OverlappedGeneration:
         self.requests_sent += 1
         self.pending = request
 
-    def _ask_server(self, request: _Request, unique_prompts: list[list[int]]) -> None:
-        engine = self.engine
-        try:
-            request.output = engine.vllm_client.generate(
-                prompts=unique_prompts,
-                n=request.num_generations,
-                repetition_penalty=engine.repetition_penalty,
-                temperature=engine.temperature,
-                top_p=engine.top_p,
-                top_k=engine.top_k,
-                min_p=0.0 if engine.min_p is None else engine.min_p,
-                max_tokens=engine.max_completion_length,
-                logprobs=engine.logprobs,
-                structured_outputs_regex=engine.structured_outputs_regex,
-                generation_kwargs=engine.generation_kwargs,
-            )
-        except BaseException as error:  # raised on the training thread when the result is taken
-            request.error = error
-        finally:
-            request.done.set()
-
-    def _generate_here(self, request: _Request) -> None:
-        """Colocate mode: the engine's own generate for all the request's steps at once (more sequences per decode
-        step), on the engine's stream."""
-        prompts = [prompt for block in request.blocks for prompt in block]
-        try:
-            if self.stream is not None:
-                import torch
-
-                torch.cuda.set_device(self.stream.device)  # the current device is per thread
-                on_stream = torch.cuda.stream(self.stream)
-            else:
-                on_stream = nullcontext()
-            with on_stream:
-                request.output = self._inner_generate(prompts, None, request.num_generations)
-        except BaseException as error:  # raised on the training thread when the result is taken
-            request.error = error
-        finally:
-            request.done.set()
-
     def _settle(self) -> None:
         """Wait for the request in flight (its result stays for :meth:`generate` to take)."""
         request = self.pending
         if request is not None and request.thread is not None:
             self._wait(request)
 
-    def _wait(self, request: _Request) -> None:
+    def _wait(self, request: Request) -> None:
         """Until ``request`` has answered; in colocate mode on a GPU the training stream then waits for the engine's
         stream too, so nothing training queues from here on runs before the request's kernels are done."""
         request.done.wait()
@@ -373,7 +326,7 @@ class OverlappedGeneration:
 
             torch.cuda.current_stream().wait_stream(self.stream)
 
-    def _answer(self, request: _Request) -> Any:
+    def _answer(self, request: Request) -> Any:
         """``request``'s output once it has answered, its error raised here, on the training thread."""
         self._wait(request)
         if request.error is not None:
@@ -381,12 +334,12 @@ class OverlappedGeneration:
             raise RuntimeError(f"overlap_generation: {where} request failed: {request.error}") from request.error
         return request.output
 
-    def _keep(self, request: _Request | None) -> None:
+    def _keep(self, request: Request | None) -> None:
         """Rank 0's answer to ``request``, broadcast; this rank's rows of each of its steps, kept in order, each as
         TRL's server-mode generate returns it."""
         assert request is not None
         if self.colocated:
-            self._keep_local(request)
+            self.kept.extend(local_steps(self._answer(request), request))
             return
         from accelerate.utils import broadcast_object_list
 
@@ -402,29 +355,4 @@ class OverlappedGeneration:
             )
         holder = [payload]
         broadcast_object_list(holder, from_process=0)
-        all_prompt_ids, all_completion_ids, all_logprobs, all_logprob_token_ids = holder[0]
-        n = request.num_generations
-        all_prompt_ids = [ids for ids in all_prompt_ids for _ in range(n)]
-        start = 0
-        for block, prompts in enumerate(request.blocks):
-            rows = request.rows[block]
-            mine = slice(
-                start + sum(rows[: accelerator.process_index]), start + sum(rows[: accelerator.process_index + 1])
-            )
-            start += sum(rows)
-            result = (
-                all_prompt_ids[mine],
-                all_completion_ids[mine],
-                None if all_logprobs is None else all_logprobs[mine],
-                None if all_logprob_token_ids is None else all_logprob_token_ids[mine],
-            )
-            self.kept.append((prompts, result))
-
-    def _keep_local(self, request: _Request) -> None:
-        """Colocate mode: this rank's own answer, cut into its steps, each as the engine's generate returns it."""
-        output = self._answer(request)
-        start = 0
-        for prompts in request.blocks:
-            mine = slice(start, start + len(prompts))
-            start += len(prompts)
-            self.kept.append((prompts, tuple(None if column is None else column[mine] for column in output)))
+        self.kept.extend(server_steps(holder[0], request, accelerator.process_index))

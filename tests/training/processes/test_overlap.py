@@ -432,7 +432,8 @@ def test_each_rank_keeps_its_own_rows_of_every_step_a_request_holds():
     _launch_next sends the prompts in); rank 1 must keep its own rows of each step, in step order."""
     from types import SimpleNamespace
 
-    from arc_pipeline.training.processes.overlap import _Request, request_prompts
+    from arc_pipeline.training.processes.overlap import request_prompts
+    from arc_pipeline.training.processes.overlap_requests import Request
 
     n = 2  # completions per prompt
     prompts = {(block, rank): [[block, rank, i] for i in range(2)] for block in range(2) for rank in range(2)}
@@ -450,7 +451,7 @@ def test_each_rank_keeps_its_own_rows_of_every_step_a_request_holds():
     # rank 1 of two, made the main process here so that it reads the answer itself (no broadcast needed)
     overlapped.trainer = SimpleNamespace(accelerator=SimpleNamespace(is_main_process=True, process_index=1))
     mine = every_rank[1]
-    request = _Request(blocks=mine, rows=[[4, 4], [4, 4]], num_generations=n, output=answer)
+    request = Request(blocks=mine, rows=[[4, 4], [4, 4]], num_generations=n, output=answer)
     request.done.set()
     overlapped._keep(request)
 
@@ -469,7 +470,8 @@ def test_a_group_split_over_two_ranks_is_asked_for_once_and_each_rank_keeps_its_
     first step's second copy."""
     from types import SimpleNamespace
 
-    from arc_pipeline.training.processes.overlap import _Request, request_prompts
+    from arc_pipeline.training.processes.overlap import request_prompts
+    from arc_pipeline.training.processes.overlap_requests import Request
 
     n = 4
     step_prompts = [[100 + block] for block in range(2)]
@@ -484,7 +486,7 @@ def test_a_group_split_over_two_ranks_is_asked_for_once_and_each_rank_keeps_its_
     for rank in range(2):
         overlapped = OverlappedGeneration(request_steps=2)
         overlapped.trainer = SimpleNamespace(accelerator=SimpleNamespace(is_main_process=True, process_index=rank))
-        request = _Request(blocks=every_rank[rank], rows=[[2, 2], [2, 2]], num_generations=n, output=answer)
+        request = Request(blocks=every_rank[rank], rows=[[2, 2], [2, 2]], num_generations=n, output=answer)
         request.done.set()
         overlapped._keep(request)
         for block, (_, (prompt_ids, completion_ids, _, _)) in enumerate(overlapped.kept):
