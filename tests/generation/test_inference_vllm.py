@@ -10,7 +10,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -187,11 +186,16 @@ def test_cli_killed_half_way_leaves_no_output(workdir: Path, tasks_path: Path, m
         _cli(tasks_path, model_dir, output),
         start_new_session=True,
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
     )
-    time.sleep(8)  # past reading and rendering, into the engine start
+    # killed as the engine starts, past reading the tasks and rendering the prompts: a fixed sleep raced the whole
+    # stage on a fast machine (output written at 7.8 s, the kill at 8)
+    assert process.stderr is not None
+    started = next((line for line in process.stderr if "starting vLLM" in line), None)
     os.killpg(process.pid, signal.SIGKILL)
     process.wait()
+    assert started is not None, "the stage ended without starting its engine"
     assert not output.exists()
     assert not output.parent.exists() or not any(output.parent.iterdir())  # no temporary file either
 
