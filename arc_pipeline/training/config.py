@@ -69,7 +69,8 @@ class TrainConfig(LoraSettings):
         description="torch.compile the norms, MLP and attention projections of each decoder layer of the policy in "
         "place, LoRA included, shapes dynamic (regional compilation; backend trl, not with torch_compile: "
         "arc_pipeline/training/speed/compiled_layers.py). Measured on an H200: the on-policy step 0.94x, the "
-        "overlapped one (overlap_generation) 1.04x: off in the presets",
+        "overlapped one (overlap_generation) 1.04x: off in the presets. Not with fused_lora (Dynamo cannot trace "
+        "its projections)",
     )
     liger_kernels: bool = Field(
         False,

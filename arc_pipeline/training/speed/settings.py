@@ -21,3 +21,7 @@ def check_speed_settings(config: Any) -> None:
         raise ValueError("compile_layers needs backend trl (unsloth compiles its own kernels)")
     if config.compile_layers and config.torch_compile:
         raise ValueError("compile_layers and torch_compile: choose one (the layers, or the whole policy)")
+    if config.compile_layers and config.fused_lora:
+        # Dynamo (torch 2.13) fails to trace the fused projection's autograd function inside a compiled region:
+        # "lift_tracked_freevar_to_input should not be called on root SubgraphTracer", at the first forward
+        raise ValueError("compile_layers and fused_lora: choose one (torch.compile cannot trace the fused projections)")

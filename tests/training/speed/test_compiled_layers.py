@@ -55,6 +55,7 @@ def test_compiled_layers_give_the_eager_loss_and_gradient(tiny_model, refinement
     [
         ({"backend": "unsloth"}, "compile_layers needs backend trl"),
         ({"torch_compile": True}, "compile_layers and torch_compile: choose one"),
+        ({"fused_lora": True}, "compile_layers and fused_lora: choose one"),
     ],
 )
 def test_settings_compile_layers_cannot_use_are_refused(values, message):
