@@ -684,13 +684,14 @@ def steady_steps(wide: Any, config: dict[str, Any]) -> Any:
         return wide
     first, last = int(wide["step"].min()), int(wide["step"].max())
     kept = wide.filter(pl.col("step") > first)
-    if config.get("overlap_generation") and config.get("overlap_decode_ahead") is False:
-        k = int(config.get("overlap_request_steps") or 1)
+    if not config.get("overlap_generation"):
+        return kept
+    k = int(config.get("overlap_request_steps") or 1)
+    if config.get("overlap_decode_ahead") is False:
         whole = (last - first + 1) // k  # windows of k steps from the first step on
         if whole > 1:
             kept = wide.filter(pl.col("step").is_between(first + k, first + whole * k - 1))
-    elif config.get("overlap_generation"):
-        k = int(config.get("overlap_request_steps") or 1)
+    else:
         start = first + 1
         # a window starting at step s is whole when its request's k steps (s + k .. s + 2k - 1) are all trained
         windows = (last - 2 * k + 1 - start) // k + 1
