@@ -85,9 +85,15 @@ FUSED_OVERLAP: dict[str, Any] = {"overlap_generation": True, **LOSS_FORWARD_CORR
 FP8_TRITON_LORA: dict[str, Any] = {"vllm_quantization": "fp8", "fused_lora": True, "fused_lora_kernels": "triton"}
 # the presets' one-GPU step until 2026-12-02: the preset's chunks, overlapped one step per request, with that pair
 OVERLAP_FP8_TRITON_STEP: dict[str, Any] = {"backward_chunk_tokens": 2100, **FUSED_OVERLAP, **FP8_TRITON_LORA}
+# the presets' one-GPU step from 2026-12-02 to 2026-12-03: two steps per request beside training, an fp8 KV cache
+TWO_STEP_REQUESTS: dict[str, Any] = {
+    **OVERLAP_FP8_TRITON_STEP,
+    "overlap_request_steps": 2,
+    "vllm_kv_cache_dtype": "fp8",
+}
 # the presets' one-GPU step since (config/barc-multiturn.yaml's train settings; tests/test_gpu_grpo_variants.py holds
-# them equal): two steps per request, an fp8 KV cache
-PRESETS_STEP: dict[str, Any] = {**OVERLAP_FP8_TRITON_STEP, "overlap_request_steps": 2, "vllm_kv_cache_dtype": "fp8"}
+# them equal): four steps per request, decoded alone when the first of them needs it
+PRESETS_STEP: dict[str, Any] = {**TWO_STEP_REQUESTS, "overlap_request_steps": 4, "overlap_decode_ahead": False}
 # a server on 2 GPUs and 2 training processes, the preset's chunks
 SERVER_2_RANKS_2: dict[str, Any] = {
     "backward_chunk_tokens": 2100,
@@ -206,7 +212,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
         **OVERLAP_FP8_TRITON_STEP,
         "overlap_request_steps": 2,
     },
-    "chunked-2k-overlap2-fp8-all": PRESETS_STEP,  # the presets' step since the GPU canary passed with it (2026-12-02)
+    # the presets' step from the GPU canary's pass with it (2026-12-02) to the next one's (2026-12-03)
+    "chunked-2k-overlap2-fp8-all": TWO_STEP_REQUESTS,
     # the same with training's stream first (train.overlap_training_first): a two-step request has two steps to decode
     # in, so the decode can take what training leaves idle in both instead of sharing the first step's GPU half and
     # half. Measured (twenty-second lease): 12.3 s against 11.2 s, each window's first step longer, and every logged
@@ -216,7 +223,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "overlap_request_steps": 2,
         "overlap_training_first": True,
     },
-    "chunked-2k-overlap2-training-first-fp8-all": {**PRESETS_STEP, "overlap_training_first": True},
+    "chunked-2k-overlap2-training-first-fp8-all": {**TWO_STEP_REQUESTS, "overlap_training_first": True},
     # three and four steps per request: on the hosts where the decode and training do not overlap (twentieth and
     # twenty-first leases: beside the decode training takes about what the two take one after the other), a step
     # costs training alone plus its share of one request's decode, and a request of 96 or 128 sequences reads the
@@ -224,18 +231,19 @@ VARIANTS: dict[str, dict[str, Any]] = {
     # Measured on one H200 (benchmarks/README.md, twenty-second lease): 11.3 and 12.0 s (11.2 s the four-step run's
     # second window) against two steps' 11.2 s there: past two steps a request's decode spills no less into its
     # window's first step, so two it is
-    "chunked-2k-overlap3-fp8-all": {**PRESETS_STEP, "overlap_request_steps": 3},
-    "chunked-2k-overlap4-fp8-all": {**PRESETS_STEP, "overlap_request_steps": 4},
+    "chunked-2k-overlap3-fp8-all": {**TWO_STEP_REQUESTS, "overlap_request_steps": 3},
+    "chunked-2k-overlap4-fp8-all": {**TWO_STEP_REQUESTS, "overlap_request_steps": 4},
     # two, three and four steps' completions per request with nothing beside the decode (train.overlap_decode_ahead:
     # false): beside training a two-step request's decode added about 10 s to its window's first step on one H200
     # (twenty-fifth lease), about what 64 sequences cost alone, so a window may cost less as its decode alone plus
     # its steps' training alone; completions 0 to k - 1 updates old, one weight sync per request
-    "chunked-2k-batched2-fp8-all": {**PRESETS_STEP, "overlap_decode_ahead": False},
-    "chunked-2k-batched3-fp8-all": {**PRESETS_STEP, "overlap_decode_ahead": False, "overlap_request_steps": 3},
-    "chunked-2k-batched4-fp8-all": {**PRESETS_STEP, "overlap_decode_ahead": False, "overlap_request_steps": 4},
+    "chunked-2k-batched2-fp8-all": {**TWO_STEP_REQUESTS, "overlap_decode_ahead": False},
+    "chunked-2k-batched3-fp8-all": {**TWO_STEP_REQUESTS, "overlap_decode_ahead": False, "overlap_request_steps": 3},
+    # four: the presets' step since the GPU canary passed with it (2026-12-03)
+    "chunked-2k-batched4-fp8-all": PRESETS_STEP,
     # six: a request's 192 sequences and six prompts need about 210k tokens of KV cache, which the engine's 0.3 of an
     # H200 holds (about 490k fp8 tokens) and an H100's does not (about 200k): an H200-only point on the curve
-    "chunked-2k-batched6-fp8-all": {**PRESETS_STEP, "overlap_decode_ahead": False, "overlap_request_steps": 6},
+    "chunked-2k-batched6-fp8-all": {**TWO_STEP_REQUESTS, "overlap_decode_ahead": False, "overlap_request_steps": 6},
     # the pair's parts and one more device-time lever: fp8 weights alone beside the decode, and the pair with Liger's
     # fused norm, SwiGLU and RoPE kernels (train.liger_kernels: fewer passes over the activations)
     "chunked-2k-overlap-fp8-rollouts": {

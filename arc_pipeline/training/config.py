@@ -126,8 +126,8 @@ class TrainConfig(LoraSettings):
         description="with overlap_generation: steps of completions one server request holds. 1 = the next step's, "
         "decoded while this step trains (one update old); 2 = the two steps after the next, sent one request "
         "every two steps (two and three updates old), for layouts whose server needs more than a step to decode "
-        "one step's completions (docs/multi-gpu.md); colocated, the engine decodes all of a request's sequences "
-        "at once, beside the first step of the two (the one-GPU presets' 2: config/barc-multiturn.yaml)",
+        "one step's completions (docs/multi-gpu.md); colocated, all of a request's sequences at once, beside the "
+        "first step of the two (overlap_decode_ahead false: alone; the one-GPU presets' 4: config/barc-multiturn.yaml)",
     )
     overlap_decode_ahead: bool = Field(
         True,
@@ -135,7 +135,7 @@ class TrainConfig(LoraSettings):
         "overlap_request_steps says); false = no decode beside training: when a step finds no completions kept, "
         "the engine decodes that step's and the next overlap_request_steps - 1 steps' in one request and the step "
         "waits for it (0 to overlap_request_steps - 1 updates old; one weight sync per request). Needs "
-        "overlap_request_steps > 1 (arc_pipeline/training/processes/overlap.py)",
+        "overlap_request_steps > 1; the one-GPU presets' false (arc_pipeline/training/processes/overlap.py)",
     )
     overlap_training_first: bool = Field(
         False,
