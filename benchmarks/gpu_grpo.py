@@ -237,13 +237,13 @@ VARIANTS: dict[str, dict[str, Any]] = {
     # false): beside training a two-step request's decode added about 10 s to its window's first step on one H200
     # (twenty-fifth lease), about what 64 sequences cost alone, so a window may cost less as its decode alone plus
     # its steps' training alone; completions 0 to k - 1 updates old, one weight sync per request
-    "chunked-2k-batched2-fp8-all": {**TWO_STEP_REQUESTS, "overlap_decode_ahead": False},
-    "chunked-2k-batched3-fp8-all": {**TWO_STEP_REQUESTS, "overlap_decode_ahead": False, "overlap_request_steps": 3},
+    "chunked-2k-batched2-fp8-all": {**PRESETS_STEP, "overlap_request_steps": 2},
+    "chunked-2k-batched3-fp8-all": {**PRESETS_STEP, "overlap_request_steps": 3},
     # four: the presets' step since the GPU canary passed with it (2026-12-03)
     "chunked-2k-batched4-fp8-all": PRESETS_STEP,
     # six: a request's 192 sequences and six prompts need about 210k tokens of KV cache, which the engine's 0.3 of an
     # H200 holds (about 490k fp8 tokens) and an H100's does not (about 200k): an H200-only point on the curve
-    "chunked-2k-batched6-fp8-all": {**TWO_STEP_REQUESTS, "overlap_decode_ahead": False, "overlap_request_steps": 6},
+    "chunked-2k-batched6-fp8-all": {**PRESETS_STEP, "overlap_request_steps": 6},
     # the pair's parts and one more device-time lever: fp8 weights alone beside the decode, and the pair with Liger's
     # fused norm, SwiGLU and RoPE kernels (train.liger_kernels: fewer passes over the activations)
     "chunked-2k-overlap-fp8-rollouts": {
