@@ -244,6 +244,17 @@ VARIANTS: dict[str, dict[str, Any]] = {
     # six: a request's 192 sequences and six prompts need about 210k tokens of KV cache, which the engine's 0.3 of an
     # H200 holds (about 490k fp8 tokens) and an H100's does not (about 200k): an H200-only point on the curve
     "chunked-2k-batched6-fp8-all": {**PRESETS_STEP, "overlap_request_steps": 6},
+    # the presets' step trains with nothing beside it, as on-policy steps do, where the levers that lost beside the
+    # decode paid or may pay: Liger's fused norm, SwiGLU and RoPE kernels on the fused Triton projections, and the
+    # decoder layers compiled (train.compile_layers: 0.94x on-policy, sixteenth lease), which cannot trace the fused
+    # projections, so with PEFT's
+    "chunked-2k-batched4-fp8-all-liger": {**PRESETS_STEP, "liger_kernels": True},
+    "chunked-2k-batched4-fp8-compile-layers": {
+        **PRESETS_STEP,
+        "fused_lora": False,
+        "fused_lora_kernels": "torch",
+        "compile_layers": True,
+    },
     # the pair's parts and one more device-time lever: fp8 weights alone beside the decode, and the pair with Liger's
     # fused norm, SwiGLU and RoPE kernels (train.liger_kernels: fewer passes over the activations)
     "chunked-2k-overlap-fp8-rollouts": {
