@@ -249,6 +249,11 @@ VARIANTS: dict[str, dict[str, Any]] = {
     # decoder layers compiled (train.compile_layers: 0.94x on-policy, sixteenth lease), which cannot trace the fused
     # projections, so with PEFT's
     "chunked-2k-batched4-fp8-all-liger": {**PRESETS_STEP, "liger_kernels": True},
+    # fewer, larger chunks: a host-bound pass issues the same calls a chunk for twice or three times the tokens.
+    # Beside the decode they did not pay (fourteenth lease: 14.7 and 15.0 s against 14.9 s, 85.5 and 98.6 GiB at
+    # the peak: H200s only); with training alone the host is the bound again (twenty-ninth lease)
+    "chunked-4k-batched4-fp8-all": {**PRESETS_STEP, "backward_chunk_tokens": 4200},
+    "chunked-6k-batched4-fp8-all": {**PRESETS_STEP, "backward_chunk_tokens": 6300},
     "chunked-2k-batched4-fp8-compile-layers": {
         **PRESETS_STEP,
         "fused_lora": False,
@@ -332,6 +337,9 @@ VARIANTS: dict[str, dict[str, Any]] = {
     },
     # diagnostic: the same with train.fused_lora, to see what the fused branches left of the profile's thin products
     "chunked-2k-fused-lora-profile": {"backward_chunk_tokens": 2100, "fused_lora": True},
+    # diagnostic: the presets' step under torch.profiler in a step that trains alone (its window's second): the
+    # operators by their host time beside their GPU time, for the host-bound training pass (twenty-ninth lease)
+    "chunked-2k-batched4-fp8-all-profile": PRESETS_STEP,
     # diagnostic, not a lever (it changes what is sampled): what top-p and the repetition penalty cost the sampler
     "plain-sampler": {"top_p": 1.0, "repetition_penalty": 1.0},
     "unsloth": {"backend": "unsloth"},
@@ -408,6 +416,7 @@ PROFILED_STEP = {
     "chunked-2k-profile": 3,
     "chunked-2k-fused-lora-profile": 3,
     "chunked-2k-overlap-profile": 3,
+    "chunked-2k-batched4-fp8-all-profile": 6,
 }
 PARAMETERS_8B = 8.03e9
 PHASES = ("generation", "weight_sync", "rewards", "logprobs", "prepare_other", "train", "optimizer", "step")
@@ -415,7 +424,7 @@ PHASES = ("generation", "weight_sync", "rewards", "logprobs", "prepare_other", "
 
 def step_profiler(step: int, path: Path) -> Any:
     """A trainer callback that runs optimizer step ``step`` (generation included) under torch.profiler and writes
-    the operators and CUDA kernels by their own GPU time to ``path``."""
+    the operators and CUDA kernels by their own GPU time, then by their own host time, to ``path``."""
     import torch
     from transformers import TrainerCallback
 
@@ -436,9 +445,14 @@ def step_profiler(step: int, path: Path) -> Any:
             if torch.cuda.is_available():
                 torch.cuda.synchronize()
             self.profiler.__exit__(None, None, None)
-            sort = "self_cuda_time_total" if torch.cuda.is_available() else "self_cpu_time_total"
-            table = self.profiler.key_averages().table(sort_by=sort, row_limit=60, max_name_column_width=90)
-            path.write_text(table)
+            averages = self.profiler.key_averages()
+            # by GPU time where there is one, then by host time: a host-bound pass shows in the second table
+            sorts = (["self_cuda_time_total"] if torch.cuda.is_available() else []) + ["self_cpu_time_total"]
+            tables = [
+                f"sorted by {sort}\n" + averages.table(sort_by=sort, row_limit=60, max_name_column_width=90)
+                for sort in sorts
+            ]
+            path.write_text("\n\n".join(tables))
             self.profiler = None
 
     return StepProfiler()

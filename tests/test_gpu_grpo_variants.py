@@ -209,3 +209,23 @@ def test_the_gpus_clocks_and_power_are_read_over_the_measured_steps_on_an_older_
         "GPU temperature, highest (C)": "74",
         "GPU clock-limit reasons (share of samples)": "0x0000000000000000 33%, 0x0000000000000004 67%",
     }
+
+
+def test_the_step_profiler_records_only_its_step_and_writes_the_host_time_table(tmp_path):
+    """The profiled variants' callback: the operators of optimizer step N alone, sorted by host time (on a CPU the
+    only table; on a GPU after the GPU-time one), for the host-bound training pass."""
+    import types
+
+    import torch
+
+    callback = GPU_GRPO.step_profiler(2, tmp_path / "profile.txt")
+    x = torch.ones(64, 64)
+    for step, op in ((0, torch.mm), (1, torch.cumsum)):  # the step before is not recorded
+        state = types.SimpleNamespace(global_step=step)
+        callback.on_step_begin(None, state, None)
+        op(x, x) if op is torch.mm else op(x, dim=0)
+        callback.on_step_end(None, state, None)
+    table = (tmp_path / "profile.txt").read_text()
+    assert "sorted by self_cpu_time_total" in table
+    assert "aten::cumsum" in table
+    assert "aten::mm" not in table
