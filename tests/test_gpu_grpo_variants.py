@@ -220,10 +220,11 @@ def test_the_step_profiler_records_only_its_step_and_writes_the_host_time_table(
 
     callback = GPU_GRPO.step_profiler(2, tmp_path / "profile.txt")
     x = torch.ones(64, 64)
-    for step, op in ((0, torch.mm), (1, torch.cumsum)):  # the step before is not recorded
+    steps = ((0, lambda: torch.mm(x, x)), (1, lambda: torch.cumsum(x, dim=0)))  # the step before is not recorded
+    for step, work in steps:
         state = types.SimpleNamespace(global_step=step)
         callback.on_step_begin(None, state, None)
-        op(x, x) if op is torch.mm else op(x, dim=0)
+        work()
         callback.on_step_end(None, state, None)
     table = (tmp_path / "profile.txt").read_text()
     assert "sorted by self_cpu_time_total" in table

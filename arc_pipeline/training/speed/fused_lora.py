@@ -93,10 +93,15 @@ def _compute_dtype(x: Any) -> Any:
     return torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else x.dtype
 
 
+def _in_dtype(tensor: Any, dtype: Any) -> Any:
+    """``tensor.to(dtype)`` without the call when it already is (``to`` returns it then, after a dispatch)."""
+    return tensor if tensor.dtype == dtype else tensor.to(dtype)
+
+
 def _fused_forward(layer: Any, peft_forward: Any, function: Any) -> Any:
-    # Once per layer, not per call: the training pass is host-bound (benchmarks/README.md, twenty-ninth lease) and
-    # calls each projection about 4,500 times a step; a layer's base and its adapters' kinds do not change in
-    # training, so which adapters the function computes is decided at an adapter's first call
+    # Once per layer, not per call: the training pass is host-bound (benchmarks/README.md, twenty-ninth lease) and a
+    # step makes about 4,500 projection calls; a layer's base and its adapters' kinds do not change in training, so
+    # which adapters the function computes is decided at an adapter's first call
     base = layer.get_base_layer()
     plain: dict[str, bool] = {}
 
@@ -113,13 +118,11 @@ def _fused_forward(layer: Any, peft_forward: Any, function: Any) -> Any:
         if not computed:
             return peft_forward(x, *args, **kwargs)
         dtype = _compute_dtype(x)
-        weight, bias = base.weight, base.bias
         with torch.autocast(x.device.type, enabled=False):
-            flat = x.reshape(-1, x.shape[-1])
             out = function.apply(
-                flat if flat.dtype == dtype else flat.to(dtype),
-                weight if weight.dtype == dtype else weight.to(dtype),
-                None if bias is None else bias.to(dtype),
+                _in_dtype(x.reshape(-1, x.shape[-1]), dtype),
+                _in_dtype(base.weight, dtype),
+                None if base.bias is None else _in_dtype(base.bias, dtype),
                 layer.lora_A[name].weight,
                 layer.lora_B[name].weight,
                 float(layer.scaling[name]),
